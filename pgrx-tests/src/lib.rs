@@ -1,0 +1,208 @@
+//! A harness for end-to-end tests: real PostgreSQL servers with pg_idgen
+//! installed (by `cargo pgrx install`), each in a directory of its own,
+//! listening on a Unix socket there and on no TCP address, run as the
+//! `postgres` user when the tests run as root, and always stopped when the
+//! handle is dropped, even when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub use postgres;
+use postgres::{Client, NoTls};
+
+/// The port number names the socket file; with no TCP listener it only has
+/// to differ from the default.
+pub const PORT: u16 = 5499;
+
+static SERVERS: AtomicUsize = AtomicUsize::new(0);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc_geteuid() == 0 }
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+/// Runs a program as the server's owner: `postgres` when we are root.
+fn as_owner(program: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", program]);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn check(what: &str, out: std::io::Result<Output>) -> Output {
+    let out = out.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// PostgreSQL's program directory, from `pg_config` (or `$PG_CONFIG`).
+pub fn bindir() -> PathBuf {
+    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
+    let out = check("pg_config --bindir", Command::new(&pg_config).arg("--bindir").output());
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+fn bin(name: &str) -> String {
+    bindir().join(name).to_string_lossy().into_owned()
+}
+
+/// A running server. Dropping it stops the server and removes its files.
+pub struct Server {
+    pub dir: PathBuf,
+    /// Environment for the server process (a shifted clock, for example).
+    env: Vec<(String, String)>,
+    running: bool,
+}
+
+impl Server {
+    /// A new cluster with pg_idgen preloaded and the extension created in
+    /// database `postgres`, plus any further `postgresql.conf` lines.
+    pub fn start(name: &str, conf: &[&str]) -> Server {
+        let mut lines = vec!["shared_preload_libraries = 'pg_idgen'"];
+        lines.extend_from_slice(conf);
+        let server = Server::init(name, &lines, &[]);
+        server.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+        server
+    }
+
+    /// A new cluster with exactly these `postgresql.conf` lines and server environment.
+    pub fn init(name: &str, conf: &[&str], env: &[(&str, &str)]) -> Server {
+        let n = SERVERS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("pg_idgen_e2e/{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for d in [dir.parent().unwrap(), &dir] {
+            check("chmod", Command::new("chmod").arg("0755").arg(d).output());
+        }
+        if is_root() {
+            check("chown", Command::new("chown").args(["postgres:postgres"]).arg(&dir).output());
+        }
+        let mut server = Server {
+            dir,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            running: false,
+        };
+        check(
+            "initdb",
+            as_owner(&bin("initdb"))
+                .args(["-D", &server.data(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"])
+                .output(),
+        );
+        let mut all = vec![
+            format!("port = {PORT}"),
+            "listen_addresses = ''".into(),
+            format!("unix_socket_directories = '{}'", server.dir.display()),
+            "fsync = off".into(),
+            "max_connections = 40".into(),
+        ];
+        all.extend(conf.iter().map(|s| s.to_string()));
+        server.append_conf(&all.join("\n"));
+        server.start_process();
+        server
+    }
+
+    pub fn data(&self) -> String {
+        self.dir.join("data").to_string_lossy().into_owned()
+    }
+
+    pub fn append_conf(&self, text: &str) {
+        use std::io::Write;
+        let path = Path::new(&self.data()).join("postgresql.conf");
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        writeln!(f, "\n{text}").unwrap();
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Output {
+        let log = self.dir.join("server.log").to_string_lossy().into_owned();
+        let mut c = as_owner(&bin("pg_ctl"));
+        c.args(["-D", &self.data(), "-l", &log, "-w", "-t", "60"]).args(args);
+        c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        c.output().unwrap()
+    }
+
+    fn start_process(&mut self) {
+        let out = self.pg_ctl(&["start"]);
+        if !out.status.success() {
+            panic!("server did not start:\n{}", self.log());
+        }
+        self.running = true;
+    }
+
+    /// Restarts after a clean shutdown.
+    pub fn restart(&mut self) {
+        self.stop("fast");
+        self.start_process();
+    }
+
+    /// Stops with the given mode (`fast`, or `immediate` to simulate a crash).
+    pub fn stop(&mut self, mode: &str) {
+        if self.running {
+            self.pg_ctl(&["stop", "-m", mode]);
+            self.running = false;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    pub fn conninfo(&self, db: &str) -> String {
+        format!("host={} port={PORT} user=postgres dbname={db}", self.dir.display())
+    }
+
+    pub fn client(&self) -> Client {
+        self.client_db("postgres")
+    }
+
+    pub fn client_db(&self, db: &str) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match Client::connect(&self.conninfo(db), NoTls) {
+                Ok(c) => return c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("cannot connect: {e}\n{}", self.log()),
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop("immediate");
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The SQLSTATE of a failed statement.
+pub fn sqlstate(r: Result<impl Sized, postgres::Error>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("not a server error: {e}")),
+    }
+}
+
+/// Decoded fields of a 64-bit ID: (ms since epoch, shard, seq).
+pub fn decode(id: i64) -> (i64, i64, i64) {
+    (id >> 23, (id >> 10) & 8191, id & 1023)
+}

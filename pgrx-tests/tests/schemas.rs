@@ -1,0 +1,35 @@
+//! Schema-to-shard registry changes are seen by other backends at their next call.
+
+use pg_idgen_e2e::{decode, sqlstate, Server};
+
+#[test]
+fn registry_changes_reach_other_backends_and_dropped_schemas_are_forgotten() {
+    let server = Server::start("schemas", &[]);
+    let mut a = server.client();
+    let mut b = server.client();
+    b.batch_execute("CREATE SCHEMA insta5").unwrap();
+    // A looks the schema up (and caches the registry) before it is registered.
+    assert_eq!(sqlstate(a.query_one("SELECT next_schema_id('insta5')", &[])), "42704");
+    b.batch_execute("SELECT shard_schema_register('insta5', 5)").unwrap();
+    let id: i64 = a.query_one("SELECT next_schema_id('insta5')", &[]).unwrap().get(0);
+    assert_eq!(decode(id).1, 5);
+    // Moved to another shard by B: A follows.
+    b.batch_execute("DROP SCHEMA insta5; CREATE SCHEMA insta5").unwrap();
+    assert_eq!(sqlstate(a.query_one("SELECT next_schema_id('insta5')", &[])), "42704");
+    b.batch_execute("SELECT shard_schema_register('insta5', 6)").unwrap();
+    let id: i64 = a.query_one("SELECT next_schema_id('insta5')", &[]).unwrap().get(0);
+    assert_eq!(decode(id).1, 6);
+    // A renamed schema keeps its shard under its new name.
+    b.batch_execute("ALTER SCHEMA insta5 RENAME TO insta6").unwrap();
+    assert_eq!(sqlstate(a.query_one("SELECT next_schema_id('insta5')", &[])), "3F000");
+    let id: i64 = a.query_one("SELECT next_schema_id('insta6')", &[]).unwrap().get(0);
+    assert_eq!(decode(id).1, 6);
+    // A table DEFAULT in another backend.
+    b.batch_execute(
+        "CREATE TABLE insta6.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('insta6'), n int);
+         INSERT INTO insta6.photos (n) SELECT g FROM generate_series(1, 1000) g",
+    )
+    .unwrap();
+    let row = a.query_one("SELECT count(*), count(DISTINCT id), min(id_shard(id)), max(id_shard(id)) FROM insta6.photos", &[]).unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i32>(2), row.get::<_, i32>(3)), (1000, 1000, 6, 6));
+}

@@ -1,0 +1,139 @@
+//! Every error pg_idgen raises, with its SQLSTATE and wording, and the one
+//! function that raises them.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+
+use crate::layout::{MAX_SEQ, MAX_SHARD};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IdError {
+    ShardOutOfRange(i32),
+    SeqOutOfRange(i32),
+    NegativeId(i64),
+    /// A time before the epoch, past the 41-bit range, or infinite.
+    TimeOutOfRange,
+    /// The wall clock itself reads a time the layout cannot carry.
+    ClockOutOfRange,
+    /// Minting would put an ID's time further ahead of the clock than allowed.
+    ClockBehind { shard: Option<i32>, ahead_ms: i64, max_lead_ms: i64 },
+    NotPreloaded,
+    InvalidEpoch(String),
+    SchemaMissing(String),
+    SchemaNotRegistered(String),
+    SchemaAlreadyRegistered { schema: String, shard: i32 },
+    ShardTaken { shard: i32, schema: String },
+    /// A failure of pgrx's SPI layer itself (not of the SQL it ran, which
+    /// PostgreSQL raises directly): a bug, reported as an internal error.
+    Internal(String),
+}
+
+impl From<pgrx::spi::SpiError> for IdError {
+    fn from(e: pgrx::spi::SpiError) -> Self {
+        IdError::Internal(e.to_string())
+    }
+}
+
+impl IdError {
+    fn code(&self) -> PgSqlErrorCode {
+        use IdError::*;
+        use PgSqlErrorCode::*;
+        match self {
+            ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            TimeOutOfRange | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
+            ClockBehind { .. } | NotPreloaded => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            InvalidEpoch(_) => ERRCODE_INVALID_PARAMETER_VALUE,
+            SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
+            SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
+            SchemaAlreadyRegistered { .. } | ShardTaken { .. } => ERRCODE_UNIQUE_VIOLATION,
+            Internal(_) => ERRCODE_INTERNAL_ERROR,
+        }
+    }
+
+    /// (message, detail, hint)
+    fn text(&self) -> (String, Option<String>, Option<String>) {
+        use IdError::*;
+        match self {
+            ShardOutOfRange(s) => (format!("shard {s} is out of range 0 to {MAX_SHARD}"), None, None),
+            SeqOutOfRange(s) => (format!("sequence number {s} is out of range 0 to {MAX_SEQ}"), None, None),
+            NegativeId(id) => (
+                format!("ID {id} is out of range"),
+                Some("pg_idgen IDs are never negative.".into()),
+                None,
+            ),
+            TimeOutOfRange => (
+                "timestamp out of range for pg_idgen".into(),
+                Some("An ID carries a time from pg_idgen.epoch to 2^41 milliseconds (about 69 years) after it.".into()),
+                None,
+            ),
+            ClockOutOfRange => (
+                "the system clock is outside the time range of pg_idgen.epoch".into(),
+                Some("An ID carries a time from pg_idgen.epoch to 2^41 milliseconds (about 69 years) after it.".into()),
+                Some("Check the system clock and pg_idgen.epoch.".into()),
+            ),
+            ClockBehind { shard, ahead_ms, max_lead_ms } => (
+                match shard {
+                    Some(s) => format!("cannot mint an ID for shard {s}: the clock is {ahead_ms} ms behind the last ID"),
+                    None => format!("cannot mint a UUID: the clock is {ahead_ms} ms behind the last UUID"),
+                },
+                Some(format!(
+                    "pg_idgen.max_clock_lead_ms = {max_lead_ms} allows IDs at most that far ahead of the clock; \
+                     an earlier ID would break ordering and uniqueness."
+                )),
+                Some("Wait for the clock to catch up, or raise pg_idgen.max_clock_lead_ms.".into()),
+            ),
+            NotPreloaded => (
+                "pg_idgen must be loaded via shared_preload_libraries to mint IDs".into(),
+                None,
+                Some("Add pg_idgen to shared_preload_libraries in postgresql.conf and restart the server.".into()),
+            ),
+            InvalidEpoch(v) => (
+                format!("invalid value for parameter \"pg_idgen.epoch\": \"{v}\""),
+                None,
+                Some("Use a UTC date and time such as '2025-01-01 00:00:00+00'.".into()),
+            ),
+            SchemaMissing(s) => (format!("schema \"{s}\" does not exist"), None, None),
+            SchemaNotRegistered(s) => (
+                format!("schema \"{s}\" is not registered as a pg_idgen shard"),
+                None,
+                Some(format!("Register it with SELECT shard_schema_register('{s}', <shard>).")),
+            ),
+            SchemaAlreadyRegistered { schema, shard } => {
+                (format!("schema \"{schema}\" is already registered as shard {shard}"), None, None)
+            }
+            ShardTaken { shard, schema } => {
+                (format!("shard {shard} is already registered to schema \"{schema}\""), None, None)
+            }
+            Internal(e) => (format!("pg_idgen internal error: {e}"), None, None),
+        }
+    }
+
+    /// Raises this error as a PostgreSQL ERROR. The only place pg_idgen raises.
+    pub fn raise(self) -> ! {
+        let (message, detail, hint) = self.text();
+        let mut report = ErrorReport::new(self.code(), message, "pg_idgen");
+        if let Some(d) = detail {
+            report = report.set_detail(d);
+        }
+        if let Some(h) = hint {
+            report = report.set_hint(h);
+        }
+        report.report(PgLogLevel::ERROR);
+        unreachable!("an ERROR report does not return")
+    }
+}
+
+/// Unwraps a result, raising its error.
+pub trait OrRaise<T> {
+    fn or_raise(self) -> T;
+}
+
+impl<T, E: Into<IdError>> OrRaise<T> for Result<T, E> {
+    #[inline]
+    fn or_raise(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => e.into().raise(),
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The per-shard state machine, in plain Rust (no pgrx types).
+//!
+//! A generator's whole state is one `u64` *tick*: `ms << bits | counter`,
+//! where `ms` counts milliseconds since the generator's epoch and `counter`
+//! numbers the values handed out within that millisecond. Every value handed
+//! out is a tick larger than the last one, so values never repeat and always
+//! increase. Given the last tick and a clock reading, [`step`] decides the next
+//! tick, a short wait, or an error; [`mint`] applies it to a shared atomic with
+//! compare-and-swap, so any number of backends can mint without a lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::errors::IdError;
+
+/// How ticks are laid out for one kind of value.
+#[derive(Clone, Copy, Debug)]
+pub struct TickFormat {
+    /// Low bits counting values within one millisecond.
+    pub bits: u32,
+    /// The largest millisecond the value can carry.
+    pub max_ms: i64,
+}
+
+/// The longest a mint call waits, in total, for the clock to catch up before
+/// it gives up with an error. Waiting is only ever needed when the lead bound
+/// is nearly used (a full millisecond with `max_clock_lead_ms = 0`, say).
+pub const MAX_WAIT_MS: i64 = 1000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Hand out this tick.
+    Take(u64),
+    /// Nothing may be handed out until the clock moves on by this many ms.
+    Wait(i64),
+}
+
+/// What one successful mint saw, for the status counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Minted {
+    pub tick: u64,
+    /// The clock read earlier than the previous value's millisecond.
+    pub clock_regressed: bool,
+    /// The value's millisecond is ahead of the clock (borrowed time).
+    pub borrowed: bool,
+    /// The call slept for the clock to catch up.
+    pub waited: bool,
+}
+
+/// Decides the next tick after `last`, given the clock as a tick `now`.
+///
+/// The next tick is the larger of `last + 1` and `now`: at the clock when the
+/// clock is ahead, else one more than the last value (moving into the next
+/// millisecond when this one's counter is used up). Its millisecond may run
+/// ahead of the clock by at most `max_lead_ms`; a little beyond that it waits,
+/// further beyond it is an error. It never goes back.
+#[inline]
+pub fn step(last: u64, now: u64, fmt: TickFormat, max_lead_ms: i64) -> Result<Step, IdError> {
+    let next = last.saturating_add(1).max(now);
+    let next_ms = (next >> fmt.bits) as i64;
+    if next_ms > fmt.max_ms {
+        return Err(IdError::ClockOutOfRange);
+    }
+    let ahead = next_ms - (now >> fmt.bits) as i64;
+    if ahead <= max_lead_ms {
+        Ok(Step::Take(next))
+    } else if ahead - max_lead_ms <= MAX_WAIT_MS {
+        Ok(Step::Wait(ahead - max_lead_ms))
+    } else {
+        Err(IdError::ClockBehind { shard: None, ahead_ms: ahead, max_lead_ms })
+    }
+}
+
+/// Mints the next tick of the generator whose state is `cell`.
+///
+/// `clock` returns the current time as a tick (or an error when it is out of
+/// range); `sleep` waits about the given number of milliseconds. The loop
+/// retries only when another backend won the compare-and-swap (progress was
+/// made) or after a wait; total waiting is bounded by [`MAX_WAIT_MS`].
+#[inline]
+pub fn mint(
+    cell: &AtomicU64,
+    fmt: TickFormat,
+    max_lead_ms: i64,
+    mut clock: impl FnMut() -> Result<u64, IdError>,
+    mut sleep: impl FnMut(i64),
+) -> Result<Minted, IdError> {
+    let mut last = cell.load(Ordering::Acquire);
+    let mut waited_ms = 0;
+    loop {
+        let now = clock()?;
+        match step(last, now, fmt, max_lead_ms)? {
+            Step::Take(tick) => match cell.compare_exchange_weak(last, tick, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let now_ms = now >> fmt.bits;
+                    return Ok(Minted {
+                        tick,
+                        clock_regressed: now_ms < last >> fmt.bits,
+                        borrowed: tick >> fmt.bits > now_ms,
+                        waited: waited_ms > 0,
+                    });
+                }
+                Err(seen) => last = seen,
+            },
+            Step::Wait(ms) if waited_ms < MAX_WAIT_MS => {
+                sleep(ms);
+                waited_ms += ms;
+                last = cell.load(Ordering::Acquire);
+            }
+            Step::Wait(ms) => {
+                return Err(IdError::ClockBehind { shard: None, ahead_ms: ms + max_lead_ms, max_lead_ms });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    const FMT: TickFormat = TickFormat { bits: 10, max_ms: (1 << 41) - 1 };
+
+    fn t(ms: u64, seq: u64) -> u64 {
+        (ms << 10) | seq
+    }
+
+    #[test]
+    fn first_value_of_a_millisecond_is_counter_zero() {
+        assert_eq!(step(0, t(500, 0), FMT, 0), Ok(Step::Take(t(500, 0))));
+        assert_eq!(step(t(499, 7), t(500, 0), FMT, 0), Ok(Step::Take(t(500, 0))));
+    }
+
+    #[test]
+    fn same_millisecond_counts_up() {
+        assert_eq!(step(t(500, 0), t(500, 0), FMT, 0), Ok(Step::Take(t(500, 1))));
+        assert_eq!(step(t(500, 1022), t(500, 0), FMT, 0), Ok(Step::Take(t(500, 1023))));
+    }
+
+    #[test]
+    fn full_millisecond_borrows_the_next_within_the_lead() {
+        assert_eq!(step(t(500, 1023), t(500, 0), FMT, 1), Ok(Step::Take(t(501, 0))));
+    }
+
+    #[test]
+    fn full_millisecond_waits_without_lead() {
+        assert_eq!(step(t(500, 1023), t(500, 0), FMT, 0), Ok(Step::Wait(1)));
+    }
+
+    #[test]
+    fn clock_back_within_the_lead_continues_above_the_last_value() {
+        assert_eq!(step(t(10_000, 3), t(9_000, 0), FMT, 5_000), Ok(Step::Take(t(10_000, 4))));
+    }
+
+    #[test]
+    fn clock_back_past_the_lead_is_an_error_not_a_wrap() {
+        assert_eq!(
+            step(t(10_000, 3), t(5_000, 0), FMT, 1_000),
+            Err(IdError::ClockBehind { shard: None, ahead_ms: 5_000, max_lead_ms: 1_000 })
+        );
+        // A little past the lead: wait for the clock instead.
+        assert_eq!(step(t(10_000, 3), t(8_500, 0), FMT, 1_000), Ok(Step::Wait(500)));
+    }
+
+    #[test]
+    fn end_of_range_is_an_error() {
+        assert_eq!(step(t(FMT.max_ms as u64, 1023), t(FMT.max_ms as u64, 0), FMT, 10), Err(IdError::ClockOutOfRange));
+    }
+
+    #[test]
+    fn mint_waits_on_a_full_millisecond_with_an_injected_clock() {
+        let cell = AtomicU64::new(t(100, 1023));
+        let now = Cell::new(100u64);
+        let mut sleeps = vec![];
+        let m = mint(&cell, FMT, 0, || Ok(t(now.get(), 0)), |ms| {
+            sleeps.push(ms);
+            now.set(now.get() + ms as u64);
+        })
+        .unwrap();
+        assert_eq!(m, Minted { tick: t(101, 0), clock_regressed: false, borrowed: false, waited: true });
+        assert_eq!(sleeps, vec![1]);
+        assert_eq!(cell.load(Ordering::Relaxed), t(101, 0));
+    }
+
+    #[test]
+    fn mint_with_a_frozen_clock_gives_up_after_bounded_waiting() {
+        let cell = AtomicU64::new(t(100, 1023));
+        let mut slept = 0;
+        let r = mint(&cell, FMT, 0, || Ok(t(100, 0)), |ms| slept += ms);
+        assert!(matches!(r, Err(IdError::ClockBehind { .. })), "{r:?}");
+        assert!(slept >= MAX_WAIT_MS && slept <= MAX_WAIT_MS + 1, "{slept}");
+        assert_eq!(cell.load(Ordering::Relaxed), t(100, 1023), "nothing handed out");
+    }
+
+    #[test]
+    fn mint_reports_regressions_and_borrowing() {
+        let cell = AtomicU64::new(t(1_000, 5));
+        let m = mint(&cell, FMT, 10_000, || Ok(t(400, 0)), |_| unreachable!()).unwrap();
+        assert_eq!(m, Minted { tick: t(1_000, 6), clock_regressed: true, borrowed: true, waited: false });
+    }
+
+    #[test]
+    fn a_burst_runs_ahead_only_as_far_as_the_lead_allows() {
+        // A clock stuck at ms 0, lead 3 ms: exactly 4 ms of values (4096), then an error.
+        let cell = AtomicU64::new(0);
+        let mut got = 0;
+        let err = loop {
+            match mint(&cell, FMT, 3, || Ok(t(0, 0)), |_| {}) {
+                Ok(_) => got += 1,
+                Err(e) => break e,
+            }
+            assert!(got <= 5000);
+        };
+        assert_eq!(got, 4 * 1024);
+        assert!(matches!(err, IdError::ClockBehind { .. }));
+    }
+
+    #[test]
+    fn threads_never_share_a_value_and_each_sees_increasing_values() {
+        let cell = Arc::new(AtomicU64::new(0));
+        let start = std::time::Instant::now();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let cell = Arc::clone(&cell);
+                std::thread::spawn(move || {
+                    let mut seen = Vec::with_capacity(50_000);
+                    for _ in 0..50_000 {
+                        let ms = start.elapsed().as_millis() as u64;
+                        let m = mint(&cell, FMT, 60_000, || Ok(t(ms, 0)), |_| {}).unwrap();
+                        seen.push(m.tick);
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        for h in handles {
+            let seen = h.join().unwrap();
+            assert!(seen.windows(2).all(|w| w[0] < w[1]));
+            all.extend(seen);
+        }
+        assert_eq!(all.len(), 200_000);
+    }
+}

@@ -1,0 +1,277 @@
+//! The 64-bit IDs in SQL: minting, decoding, building and range bounds.
+
+use pgrx::prelude::*;
+
+use crate::errors::{IdError, OrRaise};
+use crate::generator::{self, TickFormat};
+use crate::layout::{self, Parts, Shard, MAX_MS, SEQ_BITS};
+use crate::{clock, settings, shared};
+
+const TICKS: TickFormat = TickFormat { bits: SEQ_BITS, max_ms: MAX_MS };
+
+/// The clock as a generator tick: epoch milliseconds, counter 0.
+#[inline]
+fn now_tick() -> Result<u64, IdError> {
+    let ms = clock::unix_us().div_euclid(1000) - settings::epoch_unix_ms();
+    if (0..=MAX_MS).contains(&ms) {
+        Ok((ms as u64) << SEQ_BITS)
+    } else {
+        Err(IdError::ClockOutOfRange)
+    }
+}
+
+/// Mints the next ID of a shard. Shared by `next_shard_id` and `next_schema_id`.
+#[inline]
+pub fn mint(shard: Shard) -> i64 {
+    let slot = &shared::state().or_raise().shards[shard.index()];
+    let minted = generator::mint(&slot.last, TICKS, settings::max_clock_lead_ms(), now_tick, clock::sleep_ms)
+        .map_err(|e| match e {
+            IdError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
+                IdError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
+            }
+            e => e,
+        })
+        .or_raise();
+    layout::from_tick(minted.tick, shard)
+}
+
+fn ms_of(ts: TimestampWithTimeZone) -> i64 {
+    layout::ms_of_timestamptz(ts.into(), settings::epoch_unix_ms()).or_raise()
+}
+
+fn parts_of(id: i64) -> Parts {
+    layout::decompose(id).or_raise()
+}
+
+fn timestamptz(us: i64) -> TimestampWithTimeZone {
+    // Every millisecond of the 41-bit range is a valid timestamptz.
+    TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
+}
+
+/// The next ID for a logical shard (0..8191).
+#[pg_extern(volatile, parallel_unsafe, strict)]
+fn next_shard_id(shard: i32) -> i64 {
+    mint(Shard::new(shard).or_raise())
+}
+
+/// The time an ID was minted (to the millisecond).
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_ts(id: i64) -> TimestampWithTimeZone {
+    timestamptz(layout::timestamptz_of_ms(parts_of(id).ms, settings::epoch_unix_ms()))
+}
+
+/// The logical shard of an ID.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_shard(id: i64) -> i32 {
+    parts_of(id).shard
+}
+
+/// The sequence number of an ID within its millisecond and shard.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_seq(id: i64) -> i32 {
+    parts_of(id).seq
+}
+
+/// Builds the ID carrying a time (rounded down to the millisecond), shard and sequence number.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_from_parts(ts: TimestampWithTimeZone, shard: i32, seq: i32) -> i64 {
+    layout::compose(Parts { ms: ms_of(ts), shard, seq }).or_raise()
+}
+
+/// The smallest ID that can carry the millisecond of `ts`.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_lower_bound(ts: TimestampWithTimeZone) -> i64 {
+    layout::lower_bound(ms_of(ts)).or_raise()
+}
+
+/// The largest ID that can carry the millisecond of `ts`.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_upper_bound(ts: TimestampWithTimeZone) -> i64 {
+    layout::upper_bound(ms_of(ts)).or_raise()
+}
+
+/// The instant IDs count from (`pg_idgen.epoch`).
+#[pg_extern(stable, parallel_safe, strict)]
+fn id_epoch() -> TimestampWithTimeZone {
+    timestamptz(layout::timestamptz_of_ms(0, settings::epoch_unix_ms()))
+}
+
+extension_sql!(
+    r#"
+CREATE FUNCTION id_decode(id bigint, OUT ts timestamptz, OUT shard int, OUT seq int)
+RETURNS record
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+AS $$ SELECT id_ts(id), id_shard(id), id_seq(id) $$;
+COMMENT ON FUNCTION id_decode(bigint) IS 'The time, logical shard and sequence number of an ID.';
+"#,
+    name = "id_decode",
+    requires = [id_ts, id_shard, id_seq]
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use crate::testing::{one, sqlstate};
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn next_shard_id_carries_its_shard_and_the_time() {
+        let (shard, ok): (i32, bool) = {
+            let r = Spi::get_two::<i32, bool>(
+                "WITH x AS (SELECT clock_timestamp() AS before, next_shard_id(77) AS id, clock_timestamp() AS after)
+                 SELECT id_shard(id), id_ts(id) BETWEEN date_trunc('milliseconds', before) AND after FROM x",
+            )
+            .unwrap();
+            (r.0.unwrap(), r.1.unwrap())
+        };
+        assert_eq!(shard, 77);
+        assert!(ok, "decoded time is not the minting time");
+    }
+
+    #[pg_test]
+    fn ids_of_one_shard_strictly_increase_within_a_statement() {
+        let bad: i64 = one(
+            "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev
+               FROM (SELECT n, next_shard_id(5) AS id FROM generate_series(1, 200000) n) s) t
+             WHERE id <= prev",
+        );
+        assert_eq!(bad, 0);
+        let distinct: i64 = one("SELECT count(DISTINCT next_shard_id(6)) FROM generate_series(1, 100000)");
+        assert_eq!(distinct, 100000);
+    }
+
+    #[pg_test]
+    fn a_full_millisecond_moves_on_and_never_wraps() {
+        // 5000 IDs in one shard need at least 5 milliseconds of sequence space.
+        let (ms, max_seq): (i64, i32) = {
+            let r = Spi::get_two::<i64, i32>(
+                "SELECT count(DISTINCT id_ts(id))::bigint, max(id_seq(id))
+                   FROM (SELECT next_shard_id(9) AS id FROM generate_series(1, 5000)) s",
+            )
+            .unwrap();
+            (r.0.unwrap(), r.1.unwrap())
+        };
+        assert!(ms >= 5, "{ms} milliseconds for 5000 IDs");
+        assert!(max_seq <= 1023);
+    }
+
+    #[pg_test]
+    fn next_shard_id_is_strict_and_checks_the_range() {
+        assert_eq!(Spi::get_one::<i64>("SELECT next_shard_id(NULL)").unwrap(), None);
+        assert_eq!(sqlstate("next_shard_id(8192)"), "22003");
+        assert_eq!(sqlstate("next_shard_id(-1)"), "22003");
+        assert_eq!(one::<i64>("SELECT id_shard(next_shard_id(8191))::bigint"), 8191);
+        assert_eq!(one::<i64>("SELECT id_shard(next_shard_id(0))::bigint"), 0);
+    }
+
+    #[pg_test(error = "shard 8192 is out of range 0 to 8191")]
+    fn shard_range_is_in_the_message() {
+        Spi::run("SELECT next_shard_id(8192)").unwrap();
+    }
+
+    #[pg_test]
+    fn decode_gives_exact_values() {
+        // 2025-01-01 00:00:01.234+00 is 1234 ms after the default epoch.
+        let id: i64 = one("SELECT id_from_parts('2025-01-01 00:00:01.234567+00', 300, 17)");
+        assert_eq!(id, (1234 << 23) | (300 << 10) | 17);
+        assert_eq!(one::<String>(&format!("SELECT id_decode({id})::text")), "(\"2025-01-01 00:00:01.234+00\",300,17)");
+        assert_eq!(one::<String>(&format!("SELECT (id_decode({id})).ts::text")), "2025-01-01 00:00:01.234+00");
+        assert_eq!(one::<i32>(&format!("SELECT id_shard({id})")), 300);
+        assert_eq!(one::<i32>(&format!("SELECT id_seq({id})")), 17);
+        assert_eq!(one::<String>("SELECT id_epoch()::text"), "2025-01-01 00:00:00+00");
+        assert_eq!(one::<String>("SELECT id_ts(0)::text"), "2025-01-01 00:00:00+00");
+        assert_eq!(one::<String>("SELECT id_decode(9223372036854775807)::text"), "(\"2094-09-07 15:47:35.551+00\",8191,1023)");
+    }
+
+    #[pg_test]
+    fn decode_rejects_negative_ids() {
+        for f in ["id_ts", "id_shard", "id_seq", "id_decode"] {
+            assert_eq!(sqlstate(&format!("{f}(-1)")), "22003", "{f}");
+        }
+    }
+
+    #[pg_test]
+    fn from_parts_rejects_out_of_range_parts() {
+        assert_eq!(sqlstate("id_from_parts(now(), 8192, 0)"), "22003");
+        assert_eq!(sqlstate("id_from_parts(now(), -1, 0)"), "22003");
+        assert_eq!(sqlstate("id_from_parts(now(), 0, 1024)"), "22003");
+        assert_eq!(sqlstate("id_from_parts(now(), 0, -1)"), "22003");
+        assert_eq!(sqlstate("id_from_parts('2024-12-31 23:59:59.999+00', 0, 0)"), "22008");
+        assert_eq!(sqlstate("id_from_parts('2094-09-07 15:47:35.552+00', 0, 0)"), "22008");
+        assert_eq!(sqlstate("id_from_parts('infinity', 0, 0)"), "22008");
+        assert_eq!(sqlstate("id_lower_bound('-infinity')"), "22008");
+        assert_eq!(one::<i64>("SELECT id_from_parts('2094-09-07 15:47:35.551+00', 8191, 1023)"), i64::MAX);
+    }
+
+    #[pg_test]
+    fn bounds_enclose_their_millisecond() {
+        let (lo, hi): (i64, i64) = {
+            let r = Spi::get_two::<i64, i64>(
+                "SELECT id_lower_bound('2026-03-04 05:06:07.089+00'), id_upper_bound('2026-03-04 05:06:07.0891+00')",
+            )
+            .unwrap();
+            (r.0.unwrap(), r.1.unwrap())
+        };
+        assert_eq!(hi - lo, (1 << 23) - 1);
+        assert_eq!(one::<i64>("SELECT id_from_parts('2026-03-04 05:06:07.089+00', 0, 0)"), lo);
+        assert_eq!(one::<i64>("SELECT id_from_parts('2026-03-04 05:06:07.089+00', 8191, 1023)"), hi);
+        assert_eq!(one::<i64>("SELECT id_upper_bound('2026-03-04 05:06:07.088+00') + 1"), lo);
+    }
+
+    #[pg_test]
+    fn a_time_range_becomes_a_primary_key_range() {
+        Spi::run(
+            "CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT next_shard_id(1), n int);
+             INSERT INTO ev (n) SELECT g FROM generate_series(1, 3000) g;
+             ANALYZE ev;",
+        )
+        .unwrap();
+        let in_range: i64 = one(
+            "SELECT count(*) FROM ev WHERE id BETWEEN id_lower_bound(now() - interval '1 hour')
+                                              AND id_upper_bound(clock_timestamp())",
+        );
+        assert_eq!(in_range, 3000);
+        Spi::run("SET enable_seqscan = off").unwrap();
+        let explained = Spi::connect(|c| {
+            c.select("EXPLAIN (COSTS OFF) SELECT * FROM ev WHERE id BETWEEN id_lower_bound(now()) AND id_upper_bound(now())", None, &[])
+                .unwrap()
+                .map(|r| r.get::<String>(1).unwrap().unwrap())
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        assert!(explained.contains("Index Cond: ((id >= "), "{explained}");
+    }
+
+    #[pg_test]
+    fn functions_declare_volatility_and_parallel_safety() {
+        let rows: String = one(
+            "SELECT string_agg(proname || ':' || provolatile || proparallel || proisstrict::text, ' ' ORDER BY proname)
+               FROM pg_proc WHERE proname IN ('next_shard_id','id_ts','id_shard','id_seq','id_decode',
+                 'id_from_parts','id_lower_bound','id_upper_bound','id_epoch')",
+        );
+        assert_eq!(
+            rows,
+            "id_decode:istrue id_epoch:sstrue id_from_parts:istrue id_lower_bound:istrue id_seq:istrue \
+             id_shard:istrue id_ts:istrue id_upper_bound:istrue next_shard_id:vutrue"
+        );
+    }
+
+    #[pg_test]
+    fn lead_bound_is_a_superuser_setting_in_milliseconds() {
+        assert_eq!(one::<String>("SELECT context FROM pg_settings WHERE name = 'pg_idgen.max_clock_lead_ms'"), "superuser");
+        assert_eq!(one::<String>("SELECT unit FROM pg_settings WHERE name = 'pg_idgen.max_clock_lead_ms'"), "ms");
+        Spi::run("SET pg_idgen.max_clock_lead_ms = '1d'").unwrap();
+        assert_eq!(one::<String>("SHOW pg_idgen.max_clock_lead_ms"), "1d");
+        assert_eq!(one::<String>("SELECT context FROM pg_settings WHERE name = 'pg_idgen.epoch'"), "postmaster");
+    }
+
+    #[pg_test]
+    fn without_lead_a_burst_waits_for_the_clock_and_stays_honest() {
+        Spi::run("SET pg_idgen.max_clock_lead_ms = 0").unwrap();
+        let ahead: bool = one(
+            "SELECT max(id_ts(id)) <= clock_timestamp()
+               FROM (SELECT next_shard_id(11) AS id FROM generate_series(1, 4000)) s",
+        );
+        assert!(ahead, "an ID ran ahead of the clock with max_clock_lead_ms = 0");
+    }
+}

@@ -1,0 +1,256 @@
+//! The 64-bit layout and its arithmetic, in plain Rust (no pgrx types).
+//!
+//! ```text
+//!  63 | 62 ........... 23 | 22 ..... 10 | 9 ..... 0
+//!   0 | 41-bit ms since   | 13-bit      | 10-bit
+//!     | the epoch         | shard       | sequence
+//! ```
+//!
+//! Times cross this module as PostgreSQL `timestamptz` values (microseconds
+//! since 2000-01-01 UTC) and the epoch as milliseconds since 1970-01-01 UTC.
+
+use crate::errors::IdError;
+
+pub const SHARD_BITS: u32 = 13;
+pub const SEQ_BITS: u32 = 10;
+pub const TIME_BITS: u32 = 41;
+
+pub const MAX_SHARD: i32 = (1 << SHARD_BITS) - 1;
+pub const MAX_SEQ: i32 = (1 << SEQ_BITS) - 1;
+/// The last millisecond the 41-bit field can carry.
+pub const MAX_MS: i64 = (1 << TIME_BITS) - 1;
+
+/// Microseconds from 1970-01-01 to 2000-01-01 (PostgreSQL's own epoch).
+const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;
+
+/// A logical shard number, known to be in 0..=8191.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard(u16);
+
+impl Shard {
+    pub fn new(shard: i32) -> Result<Shard, IdError> {
+        if (0..=MAX_SHARD).contains(&shard) {
+            Ok(Shard(shard as u16))
+        } else {
+            Err(IdError::ShardOutOfRange(shard))
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The three fields of an ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parts {
+    /// Milliseconds since the epoch, 0..=MAX_MS.
+    pub ms: i64,
+    pub shard: i32,
+    pub seq: i32,
+}
+
+/// Builds an ID from a generator tick (`ms << 10 | seq`) and a shard.
+#[inline]
+pub fn from_tick(tick: u64, shard: Shard) -> i64 {
+    let ms = tick >> SEQ_BITS;
+    let seq = tick & MAX_SEQ as u64;
+    ((ms << (SHARD_BITS + SEQ_BITS)) | ((shard.0 as u64) << SEQ_BITS) | seq) as i64
+}
+
+pub fn compose(parts: Parts) -> Result<i64, IdError> {
+    if !(0..=MAX_MS).contains(&parts.ms) {
+        return Err(IdError::TimeOutOfRange);
+    }
+    let shard = Shard::new(parts.shard)?;
+    if !(0..=MAX_SEQ).contains(&parts.seq) {
+        return Err(IdError::SeqOutOfRange(parts.seq));
+    }
+    Ok(from_tick(((parts.ms as u64) << SEQ_BITS) | parts.seq as u64, shard))
+}
+
+pub fn decompose(id: i64) -> Result<Parts, IdError> {
+    if id < 0 {
+        return Err(IdError::NegativeId(id));
+    }
+    Ok(Parts {
+        ms: id >> (SHARD_BITS + SEQ_BITS),
+        shard: ((id >> SEQ_BITS) & MAX_SHARD as i64) as i32,
+        seq: (id & MAX_SEQ as i64) as i32,
+    })
+}
+
+/// The smallest ID that can carry millisecond `ms`.
+pub fn lower_bound(ms: i64) -> Result<i64, IdError> {
+    compose(Parts { ms, shard: 0, seq: 0 })
+}
+
+/// The largest ID that can carry millisecond `ms`.
+pub fn upper_bound(ms: i64) -> Result<i64, IdError> {
+    compose(Parts { ms, shard: MAX_SHARD, seq: MAX_SEQ })
+}
+
+/// The epoch-relative millisecond holding a `timestamptz` (rounded down).
+/// Out of the 41-bit range (before the epoch, too late, or infinite) is an error.
+pub fn ms_of_timestamptz(ts_us: i64, epoch_unix_ms: i64) -> Result<i64, IdError> {
+    if ts_us == i64::MIN || ts_us == i64::MAX {
+        return Err(IdError::TimeOutOfRange);
+    }
+    let unix_ms = (ts_us + PG_EPOCH_UNIX_US).div_euclid(1000);
+    let ms = unix_ms - epoch_unix_ms;
+    if (0..=MAX_MS).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(IdError::TimeOutOfRange)
+    }
+}
+
+/// The `timestamptz` (microseconds since 2000-01-01) of an epoch-relative millisecond.
+pub fn timestamptz_of_ms(ms: i64, epoch_unix_ms: i64) -> i64 {
+    (ms + epoch_unix_ms) * 1000 - PG_EPOCH_UNIX_US
+}
+
+/// Unix milliseconds of a `timestamptz` value (for callers that need Unix time).
+pub fn unix_ms_of_timestamptz(ts_us: i64) -> i64 {
+    (ts_us + PG_EPOCH_UNIX_US).div_euclid(1000)
+}
+
+/// Parses the epoch setting: `YYYY-MM-DD`, optionally followed by
+/// ` HH:MM[:SS]` (or `T`), optionally followed by `Z`, `+00`, `+00:00` or
+/// ` UTC`. Always UTC: an epoch that depended on a time zone would be a trap.
+/// Returns Unix milliseconds.
+pub fn parse_epoch(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix(" UTC")
+        .or_else(|| t.strip_suffix("+00:00"))
+        .or_else(|| t.strip_suffix("+00"))
+        .or_else(|| t.strip_suffix('Z'))
+        .unwrap_or(t);
+    let (date, time) = match t.find([' ', 'T']) {
+        Some(i) => (&t[..i], Some(&t[i + 1..])),
+        None => (t, None),
+    };
+    let d: Vec<&str> = date.split('-').collect();
+    if d.len() != 3 || d[0].len() != 4 || d[1].len() != 2 || d[2].len() != 2 {
+        return None;
+    }
+    let num = |s: &str| -> Option<i64> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse().ok()
+    };
+    let (y, m, day) = (num(d[0])?, num(d[1])?, num(d[2])?);
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || day < 1 || day > days_in_month(y, m) {
+        return None;
+    }
+    let mut secs = 0;
+    if let Some(time) = time {
+        let f: Vec<&str> = time.split(':').collect();
+        if !(2..=3).contains(&f.len()) || f.iter().any(|p| p.len() != 2) {
+            return None;
+        }
+        let (hh, mm) = (num(f[0])?, num(f[1])?);
+        let ss = if f.len() == 3 { num(f[2])? } else { 0 };
+        if hh > 23 || mm > 59 || ss > 59 {
+            return None;
+        }
+        secs = hh * 3600 + mm * 60 + ss;
+    }
+    Some((days_from_civil(y, m, day) * 86_400 + secs) * 1000)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compose_and_decompose_round_trip_at_the_edges() {
+        for &(ms, shard, seq) in &[(0, 0, 0), (MAX_MS, MAX_SHARD, MAX_SEQ), (1, 8191, 0), (123_456_789, 42, 513)] {
+            let id = compose(Parts { ms, shard, seq }).unwrap();
+            assert!(id >= 0);
+            assert_eq!(decompose(id).unwrap(), Parts { ms, shard, seq });
+        }
+        assert_eq!(compose(Parts { ms: MAX_MS, shard: MAX_SHARD, seq: MAX_SEQ }).unwrap(), i64::MAX);
+        assert_eq!(compose(Parts { ms: 1, shard: 0, seq: 0 }).unwrap(), 1 << 23);
+        assert_eq!(compose(Parts { ms: 0, shard: 1, seq: 0 }).unwrap(), 1 << 10);
+    }
+
+    #[test]
+    fn out_of_range_parts_are_errors() {
+        assert_eq!(compose(Parts { ms: 0, shard: 8192, seq: 0 }), Err(IdError::ShardOutOfRange(8192)));
+        assert_eq!(compose(Parts { ms: 0, shard: -1, seq: 0 }), Err(IdError::ShardOutOfRange(-1)));
+        assert_eq!(compose(Parts { ms: 0, shard: 0, seq: 1024 }), Err(IdError::SeqOutOfRange(1024)));
+        assert_eq!(compose(Parts { ms: -1, shard: 0, seq: 0 }), Err(IdError::TimeOutOfRange));
+        assert_eq!(compose(Parts { ms: MAX_MS + 1, shard: 0, seq: 0 }), Err(IdError::TimeOutOfRange));
+        assert_eq!(decompose(-5), Err(IdError::NegativeId(-5)));
+    }
+
+    #[test]
+    fn bounds_enclose_every_id_of_their_millisecond_and_no_other() {
+        let ms = 1_000_000;
+        let lo = lower_bound(ms).unwrap();
+        let hi = upper_bound(ms).unwrap();
+        assert_eq!(hi - lo + 1, 1 << 23);
+        assert_eq!(upper_bound(ms - 1).unwrap() + 1, lo);
+        assert_eq!(lower_bound(ms + 1).unwrap() - 1, hi);
+        assert_eq!(decompose(lo).unwrap().ms, ms);
+        assert_eq!(decompose(hi).unwrap().ms, ms);
+    }
+
+    #[test]
+    fn from_tick_places_sequence_and_shard() {
+        let id = from_tick((7 << 10) | 5, Shard::new(3).unwrap());
+        assert_eq!(decompose(id).unwrap(), Parts { ms: 7, shard: 3, seq: 5 });
+    }
+
+    #[test]
+    fn timestamps_convert_both_ways_rounding_down() {
+        let epoch = parse_epoch("2025-01-01").unwrap();
+        assert_eq!(epoch, 1_735_689_600_000);
+        // 2025-01-01 00:00:00.0015 UTC in PostgreSQL microseconds.
+        let ts = (epoch * 1000 + 1500) - PG_EPOCH_UNIX_US;
+        assert_eq!(ms_of_timestamptz(ts, epoch), Ok(1));
+        assert_eq!(timestamptz_of_ms(1, epoch), ts - 500);
+        assert_eq!(ms_of_timestamptz(ts - 2000, epoch), Err(IdError::TimeOutOfRange));
+        assert_eq!(ms_of_timestamptz(i64::MAX, epoch), Err(IdError::TimeOutOfRange));
+        assert_eq!(ms_of_timestamptz(i64::MIN, epoch), Err(IdError::TimeOutOfRange));
+        let last = timestamptz_of_ms(MAX_MS, epoch);
+        assert_eq!(ms_of_timestamptz(last + 999, epoch), Ok(MAX_MS));
+        assert_eq!(ms_of_timestamptz(last + 1000, epoch), Err(IdError::TimeOutOfRange));
+    }
+
+    #[test]
+    fn epoch_forms() {
+        let e = 1_735_689_600_000;
+        for s in ["2025-01-01", "2025-01-01 00:00", "2025-01-01 00:00:00", "2025-01-01T00:00:00Z", "2025-01-01 00:00:00+00", " 2025-01-01 00:00:00 UTC"] {
+            assert_eq!(parse_epoch(s), Some(e), "{s}");
+        }
+        assert_eq!(parse_epoch("1970-01-01"), Some(0));
+        assert_eq!(parse_epoch("2024-02-29 12:30:15"), Some(1_709_209_815_000));
+        for s in ["", "2025", "2025-13-01", "2023-02-29", "2025-01-01 24:00", "2025-01-01+01", "yesterday", "2025-1-01"] {
+            assert_eq!(parse_epoch(s), None, "{s}");
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! pg_idgen: Instagram-style 64-bit IDs and RFC 9562 UUIDv7, minted inside PostgreSQL.
+//!
+//! Plain-Rust core: `layout` (the 64-bit arithmetic) and `generator` (the
+//! per-shard state machine). The pgrx layer: `settings` (GUCs), `shared`
+//! (shared memory), `clock`, `ids` (SQL functions), `schemas` (logical shards
+//! as schemas) and `errors` (every error and the one way to raise it).
+
+use pgrx::prelude::*;
+
+mod clock;
+mod errors;
+mod generator;
+mod ids;
+mod layout;
+mod random;
+mod schemas;
+mod settings;
+mod shared;
+mod uuid7;
+#[cfg(any(test, feature = "pg_test"))]
+mod testing;
+
+::pgrx::pg_module_magic!();
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    let preloading = shared::preloading();
+    if preloading {
+        shared::init();
+    }
+    settings::register(preloading);
+}
+
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'pg_idgen'"]
+    }
+}

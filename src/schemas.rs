@@ -1,0 +1,191 @@
+//! Logical shards as schemas (Instagram's model): a registry table mapping a
+//! schema to its shard, and `next_schema_id(schema)` minting for that shard.
+//!
+//! The registry is keyed by the schema's OID, so a renamed schema keeps its
+//! shard and a dropped schema (forgotten by an event trigger) is never
+//! inherited by a new schema of the same name. Each backend caches the
+//! name → shard map; any change to the registry (through a trigger that
+//! sends a relcache invalidation) or to any schema clears it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pgrx::prelude::*;
+
+use crate::errors::{IdError, OrRaise};
+use crate::ids;
+use crate::layout::Shard;
+
+extension_sql_file!("../sql/registry.sql", name = "registry", requires = [shard_schema_registry_changed]);
+
+thread_local! {
+    static CACHE: RefCell<HashMap<String, Shard>> = RefCell::new(HashMap::new());
+}
+static CACHE_VALID: AtomicBool = AtomicBool::new(false);
+static CALLBACKS_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C-unwind" fn invalidate_relcache(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
+    CACHE_VALID.store(false, Ordering::Relaxed);
+}
+
+unsafe extern "C-unwind" fn invalidate_syscache(_arg: pg_sys::Datum, _cacheid: i32, _hash: u32) {
+    CACHE_VALID.store(false, Ordering::Relaxed);
+}
+
+/// Registers the invalidation callbacks, once per backend. Any relcache
+/// invalidation clears the cache: they are rare, and a reload costs one query.
+fn register_callbacks() {
+    if !CALLBACKS_REGISTERED.swap(true, Ordering::Relaxed) {
+        // SAFETY: the callbacks only store to an atomic; registration happens
+        // once per process, within PostgreSQL's fixed number of slots.
+        unsafe {
+            pg_sys::CacheRegisterRelcacheCallback(Some(invalidate_relcache), pg_sys::Datum::from(0));
+            pg_sys::CacheRegisterSyscacheCallback(
+                pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
+                Some(invalidate_syscache),
+                pg_sys::Datum::from(0),
+            );
+        }
+    }
+}
+
+/// The schema's OID, or InvalidOid when there is no such schema.
+fn schema_oid(name: &str) -> pg_sys::Oid {
+    let Ok(c) = CString::new(name) else { return pg_sys::InvalidOid };
+    // SAFETY: a catalog lookup with missing_ok = true; it raises nothing for a missing schema.
+    unsafe { pg_sys::get_namespace_oid(c.as_ptr(), true) }
+}
+
+/// The schema holding pg_idgen's objects, quoted for use in SQL.
+fn registry_table() -> String {
+    let schema = Spi::get_one::<String>(
+        "SELECT quote_ident(n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+          WHERE e.extname = 'pg_idgen'",
+    )
+    .or_raise()
+    .unwrap_or_default();
+    format!("{schema}.shard_schema_registry")
+}
+
+fn reload() {
+    register_callbacks();
+    // Mark valid before reading, so an invalidation that arrives during the
+    // read marks it invalid again.
+    CACHE_VALID.store(true, Ordering::Relaxed);
+    let sql = format!(
+        "SELECT n.nspname::text, r.shard FROM {} r JOIN pg_namespace n ON n.oid = r.schema_oid",
+        registry_table()
+    );
+    let map = Spi::connect(|c| -> Result<HashMap<String, Shard>, IdError> {
+        let mut map = HashMap::new();
+        for row in c.select(&sql, None, &[])? {
+            if let (Some(name), Some(shard)) = (row.get::<String>(1)?, row.get::<i32>(2)?) {
+                map.insert(name, Shard::new(shard)?);
+            }
+        }
+        Ok(map)
+    })
+    .or_raise();
+    CACHE.with(|c| *c.borrow_mut() = map);
+}
+
+fn cached(name: &str) -> Option<Shard> {
+    if !CACHE_VALID.load(Ordering::Relaxed) {
+        reload();
+    }
+    CACHE.with(|c| c.borrow().get(name).copied())
+}
+
+/// The shard registered for a schema.
+fn shard_of(name: &str) -> Shard {
+    if let Some(shard) = cached(name) {
+        return shard;
+    }
+    // A miss: make sure no registration committed since is left unseen.
+    // SAFETY: processes pending invalidation messages, as any lock acquisition does.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    if let Some(shard) = cached(name) {
+        return shard;
+    }
+    if schema_oid(name) == pg_sys::InvalidOid {
+        IdError::SchemaMissing(name.into()).raise()
+    }
+    IdError::SchemaNotRegistered(name.into()).raise()
+}
+
+/// The next ID for the logical shard registered for a schema.
+#[pg_extern(volatile, parallel_unsafe, strict)]
+fn next_schema_id(schema_name: &str) -> i64 {
+    crate::shared::state().or_raise();
+    ids::mint(shard_of(schema_name))
+}
+
+/// Registers an existing schema as a logical shard.
+#[pg_extern(volatile, parallel_unsafe, strict)]
+fn shard_schema_register(schema_name: &str, shard: i32) {
+    let shard = Shard::new(shard).or_raise();
+    let oid = schema_oid(schema_name);
+    if oid == pg_sys::InvalidOid {
+        IdError::SchemaMissing(schema_name.into()).raise()
+    }
+    register(schema_name, oid, shard);
+}
+
+/// Creates a schema and registers it as a logical shard, all or nothing.
+#[pg_extern(volatile, parallel_unsafe, strict)]
+fn shard_schema_create(schema_name: &str, shard: i32) {
+    let shard = Shard::new(shard).or_raise();
+    // An error in `register` rolls the new schema back with it.
+    Spi::run(&format!("CREATE SCHEMA {}", quote_ident(schema_name))).or_raise();
+    register(schema_name, schema_oid(schema_name), shard);
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn check_shard_free(table: &str, shard: Shard) {
+    let holder = Spi::get_one_with_args::<String>(
+        &format!("SELECT n.nspname::text FROM {table} r JOIN pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1"),
+        &[(shard.index() as i32).into()],
+    )
+    .or_raise();
+    if let Some(schema) = holder {
+        IdError::ShardTaken { shard: shard.index() as i32, schema }.raise()
+    }
+}
+
+fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
+    let table = registry_table();
+    // Registrations queue behind each other, so the checks below stay true
+    // until the insert; readers are not blocked.
+    Spi::run(&format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")).or_raise();
+    let existing = Spi::get_one_with_args::<i32>(
+        &format!("SELECT shard FROM {table} WHERE schema_oid = $1"),
+        &[oid.into()],
+    )
+    .or_raise();
+    if let Some(shard) = existing {
+        IdError::SchemaAlreadyRegistered { schema: schema_name.into(), shard }.raise()
+    }
+    check_shard_free(&table, shard);
+    Spi::run_with_args(
+        &format!("INSERT INTO {table} (schema_oid, shard) VALUES ($1, $2)"),
+        &[oid.into(), (shard.index() as i32).into()],
+    )
+    .or_raise();
+}
+
+/// Sends a relcache invalidation for the registry table on every change, so
+/// that every backend drops its cached map at its next transaction.
+#[pg_trigger]
+fn shard_schema_registry_changed<'a>(
+    trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
+    let relid = trigger.relation()?.oid();
+    // SAFETY: queues an invalidation message for a relation that exists.
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
+    Ok(None)
+}

@@ -1,0 +1,73 @@
+//! The server settings: `pg_idgen.epoch` and `pg_idgen.max_clock_lead_ms`.
+
+use std::ffi::{CStr, CString};
+
+use once_cell::sync::OnceCell;
+use pgrx::{pg_sys, GucContext, GucFlags, GucRegistry, GucSetting};
+
+use crate::errors::{IdError, OrRaise};
+use crate::layout::parse_epoch;
+
+const EPOCH_NAME: &CStr = c"pg_idgen.epoch";
+/// The default epoch. 41 bits of milliseconds from it last until 2094-09-07.
+pub const DEFAULT_EPOCH: &CStr = c"2025-01-01 00:00:00+00";
+
+static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
+static EPOCH_UNIX_MS: OnceCell<i64> = OnceCell::new();
+static MAX_CLOCK_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+/// Defines the settings. The epoch is a postmaster-level setting, which
+/// PostgreSQL only allows a library to define while it is preloaded.
+pub fn register(preloading: bool) {
+    if preloading {
+        GucRegistry::define_string_guc(
+            EPOCH_NAME,
+            c"The instant from which pg_idgen IDs count milliseconds (UTC).",
+            c"Fixed at server start. Changing it once IDs exist breaks their ordering and uniqueness.",
+            &EPOCH,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+        // Refuse to start with an epoch that cannot be parsed.
+        epoch_unix_ms();
+    }
+    GucRegistry::define_int_guc(
+        c"pg_idgen.max_clock_lead_ms",
+        c"How far the time of a new ID may run ahead of the system clock.",
+        c"A shard that uses up a millisecond, or a clock that steps back, makes pg_idgen borrow time ahead; \
+          past this bound minting waits briefly, then raises an error.",
+        &MAX_CLOCK_LEAD_MS,
+        0,
+        86_400_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+}
+
+/// The epoch as Unix milliseconds, read once per process.
+pub fn epoch_unix_ms() -> i64 {
+    *EPOCH_UNIX_MS.get_or_init(|| {
+        let text = configured_epoch().unwrap_or_else(|| DEFAULT_EPOCH.to_string_lossy().into_owned());
+        parse_epoch(&text).ok_or(IdError::InvalidEpoch(text)).or_raise()
+    })
+}
+
+/// The epoch text from the defined setting, or, when the library is not
+/// preloaded, from the server's configuration (a placeholder setting).
+fn configured_epoch() -> Option<String> {
+    if let Some(v) = EPOCH.get() {
+        if crate::shared::is_preloaded() {
+            return Some(v.to_string_lossy().into_owned());
+        }
+    }
+    // SAFETY: GetConfigOption with missing_ok = true returns NULL or a
+    // NUL-terminated string owned by the GUC machinery; we copy it at once.
+    unsafe {
+        let p = pg_sys::GetConfigOption(EPOCH_NAME.as_ptr(), true, false);
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+    }
+}
+
+pub fn max_clock_lead_ms() -> i64 {
+    MAX_CLOCK_LEAD_MS.get() as i64
+}
