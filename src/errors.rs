@@ -11,7 +11,7 @@ pub enum IdError {
     ShardOutOfRange(i32),
     SeqOutOfRange(i32),
     NegativeId(i64),
-    /// A time before the epoch, past the 41-bit range, or infinite.
+    /// A time before the epoch, past the range IDs can carry, or infinite.
     TimeOutOfRange,
     /// The wall clock itself reads a time the layout cannot carry.
     ClockOutOfRange,
@@ -63,12 +63,12 @@ impl IdError {
             ),
             TimeOutOfRange => (
                 "timestamp out of range for pg_idgen".into(),
-                Some("An ID carries a time from pg_idgen.epoch to 2^41 milliseconds (about 69 years) after it.".into()),
+                Some("An ID carries a time from pg_idgen.epoch to 2^40 milliseconds (about 34.8 years) after it.".into()),
                 None,
             ),
             ClockOutOfRange => (
                 "the system clock is outside the time range of pg_idgen.epoch".into(),
-                Some("An ID carries a time from pg_idgen.epoch to 2^41 milliseconds (about 69 years) after it.".into()),
+                Some("An ID carries a time from pg_idgen.epoch to 2^40 milliseconds (about 34.8 years) after it.".into()),
                 Some("Check the system clock and pg_idgen.epoch.".into()),
             ),
             ClockBehind { shard, ahead_ms, max_lead_ms } => (
@@ -90,7 +90,7 @@ impl IdError {
             InvalidEpoch(v) => (
                 format!("invalid value for parameter \"pg_idgen.epoch\": \"{v}\""),
                 None,
-                Some("Use a UTC date and time such as '2025-01-01 00:00:00+00'.".into()),
+                Some("Use a UTC date and time such as '2026-01-01 00:00:00+00'.".into()),
             ),
             SchemaMissing(s) => (format!("schema \"{s}\" does not exist"), None, None),
             SchemaNotRegistered(s) => (

@@ -202,11 +202,11 @@ mod tests {
 
     #[test]
     fn a_burst_runs_ahead_only_as_far_as_the_lead_allows() {
-        // A clock stuck at ms 0, lead 3 ms: exactly 4 ms of values (4096), then an error.
+        // A clock stuck at ms 1, lead 3 ms: exactly 4 ms of values (4096), then an error.
         let cell = AtomicU64::new(0);
         let mut got = 0;
         let err = loop {
-            match mint(&cell, FMT, 3, || Ok(t(0, 0)), |_| {}) {
+            match mint(&cell, FMT, 3, || Ok(t(1, 0)), |_| {}) {
                 Ok(_) => got += 1,
                 Err(e) => break e,
             }

@@ -44,7 +44,7 @@ fn parts_of(id: i64) -> Parts {
 }
 
 fn timestamptz(us: i64) -> TimestampWithTimeZone {
-    // Every millisecond of the 41-bit range is a valid timestamptz.
+    // Every millisecond IDs can carry is a valid timestamptz.
     TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
 }
 
@@ -171,16 +171,16 @@ mod tests {
 
     #[pg_test]
     fn decode_gives_exact_values() {
-        // 2025-01-01 00:00:01.234+00 is 1234 ms after the default epoch.
-        let id: i64 = one("SELECT id_from_parts('2025-01-01 00:00:01.234567+00', 300, 17)");
+        // 2026-01-01 00:00:01.234+00 is 1234 ms after the default epoch.
+        let id: i64 = one("SELECT id_from_parts('2026-01-01 00:00:01.234567+00', 300, 17)");
         assert_eq!(id, (1234 << 23) | (300 << 10) | 17);
-        assert_eq!(one::<String>(&format!("SELECT id_decode({id})::text")), "(\"2025-01-01 00:00:01.234+00\",300,17)");
-        assert_eq!(one::<String>(&format!("SELECT (id_decode({id})).ts::text")), "2025-01-01 00:00:01.234+00");
+        assert_eq!(one::<String>(&format!("SELECT id_decode({id})::text")), "(\"2026-01-01 00:00:01.234+00\",300,17)");
+        assert_eq!(one::<String>(&format!("SELECT (id_decode({id})).ts::text")), "2026-01-01 00:00:01.234+00");
         assert_eq!(one::<i32>(&format!("SELECT id_shard({id})")), 300);
         assert_eq!(one::<i32>(&format!("SELECT id_seq({id})")), 17);
-        assert_eq!(one::<String>("SELECT id_epoch()::text"), "2025-01-01 00:00:00+00");
-        assert_eq!(one::<String>("SELECT id_ts(0)::text"), "2025-01-01 00:00:00+00");
-        assert_eq!(one::<String>("SELECT id_decode(9223372036854775807)::text"), "(\"2094-09-07 15:47:35.551+00\",8191,1023)");
+        assert_eq!(one::<String>("SELECT id_epoch()::text"), "2026-01-01 00:00:00+00");
+        assert_eq!(one::<String>("SELECT id_ts(0)::text"), "2026-01-01 00:00:00+00");
+        assert_eq!(one::<String>("SELECT id_decode(9223372036854775807)::text"), "(\"2060-11-03 19:53:47.775+00\",8191,1023)");
     }
 
     #[pg_test]
@@ -196,11 +196,11 @@ mod tests {
         assert_eq!(sqlstate("id_from_parts(now(), -1, 0)"), "22003");
         assert_eq!(sqlstate("id_from_parts(now(), 0, 1024)"), "22003");
         assert_eq!(sqlstate("id_from_parts(now(), 0, -1)"), "22003");
-        assert_eq!(sqlstate("id_from_parts('2024-12-31 23:59:59.999+00', 0, 0)"), "22008");
-        assert_eq!(sqlstate("id_from_parts('2094-09-07 15:47:35.552+00', 0, 0)"), "22008");
+        assert_eq!(sqlstate("id_from_parts('2025-12-31 23:59:59.999+00', 0, 0)"), "22008");
+        assert_eq!(sqlstate("id_from_parts('2060-11-03 19:53:47.776+00', 0, 0)"), "22008");
         assert_eq!(sqlstate("id_from_parts('infinity', 0, 0)"), "22008");
         assert_eq!(sqlstate("id_lower_bound('-infinity')"), "22008");
-        assert_eq!(one::<i64>("SELECT id_from_parts('2094-09-07 15:47:35.551+00', 8191, 1023)"), i64::MAX);
+        assert_eq!(one::<i64>("SELECT id_from_parts('2060-11-03 19:53:47.775+00', 8191, 1023)"), i64::MAX);
     }
 
     #[pg_test]
@@ -245,7 +245,7 @@ mod tests {
     #[pg_test]
     fn functions_declare_volatility_and_parallel_safety() {
         let rows: String = one(
-            "SELECT string_agg(proname || ':' || provolatile || proparallel || proisstrict::text, ' ' ORDER BY proname)
+            "SELECT string_agg(proname || ':' || provolatile::text || proparallel::text || proisstrict::text, ' ' ORDER BY proname)
                FROM pg_proc WHERE proname IN ('next_shard_id','id_ts','id_shard','id_seq','id_decode',
                  'id_from_parts','id_lower_bound','id_upper_bound','id_epoch')",
         );

@@ -1,10 +1,15 @@
 //! The 64-bit layout and its arithmetic, in plain Rust (no pgrx types).
 //!
 //! ```text
-//!  63 | 62 ........... 23 | 22 ..... 10 | 9 ..... 0
-//!   0 | 41-bit ms since   | 13-bit      | 10-bit
-//!     | the epoch         | shard       | sequence
+//!  63 ........... 23 | 22 ..... 10 | 9 ..... 0
+//!  41-bit ms since   | 13-bit      | 10-bit
+//!  the epoch         | shard       | sequence
 //! ```
+//!
+//! The time field is 41 bits wide, but `bigint` is signed: its top bit is
+//! the sign, and an ID with it set would be negative and sort before every
+//! other. So the time field's top bit stays 0 and IDs carry 2^40 ms (34.8
+//! years) from the epoch: with the default epoch, until 2060-11-03.
 //!
 //! Times cross this module as PostgreSQL `timestamptz` values (microseconds
 //! since 2000-01-01 UTC) and the epoch as milliseconds since 1970-01-01 UTC.
@@ -13,12 +18,12 @@ use crate::errors::IdError;
 
 pub const SHARD_BITS: u32 = 13;
 pub const SEQ_BITS: u32 = 10;
-pub const TIME_BITS: u32 = 41;
 
 pub const MAX_SHARD: i32 = (1 << SHARD_BITS) - 1;
 pub const MAX_SEQ: i32 = (1 << SEQ_BITS) - 1;
-/// The last millisecond the 41-bit field can carry.
-pub const MAX_MS: i64 = (1 << TIME_BITS) - 1;
+/// The last millisecond an ID can carry: the 41-bit field with its top bit
+/// (the sign bit of the `bigint`) clear.
+pub const MAX_MS: i64 = i64::MAX >> (SHARD_BITS + SEQ_BITS);
 
 /// Microseconds from 1970-01-01 to 2000-01-01 (PostgreSQL's own epoch).
 const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;
@@ -91,7 +96,7 @@ pub fn upper_bound(ms: i64) -> Result<i64, IdError> {
 }
 
 /// The epoch-relative millisecond holding a `timestamptz` (rounded down).
-/// Out of the 41-bit range (before the epoch, too late, or infinite) is an error.
+/// Out of the range IDs carry (before the epoch, too late, or infinite) is an error.
 pub fn ms_of_timestamptz(ts_us: i64, epoch_unix_ms: i64) -> Result<i64, IdError> {
     if ts_us == i64::MIN || ts_us == i64::MAX {
         return Err(IdError::TimeOutOfRange);
@@ -194,6 +199,7 @@ mod tests {
         }
         assert_eq!(compose(Parts { ms: MAX_MS, shard: MAX_SHARD, seq: MAX_SEQ }).unwrap(), i64::MAX);
         assert_eq!(compose(Parts { ms: 1, shard: 0, seq: 0 }).unwrap(), 1 << 23);
+        assert_eq!(MAX_MS, (1 << 40) - 1);
         assert_eq!(compose(Parts { ms: 0, shard: 1, seq: 0 }).unwrap(), 1 << 10);
     }
 
@@ -227,9 +233,9 @@ mod tests {
 
     #[test]
     fn timestamps_convert_both_ways_rounding_down() {
-        let epoch = parse_epoch("2025-01-01").unwrap();
-        assert_eq!(epoch, 1_735_689_600_000);
-        // 2025-01-01 00:00:00.0015 UTC in PostgreSQL microseconds.
+        let epoch = parse_epoch("2026-01-01").unwrap();
+        assert_eq!(epoch, 1_767_225_600_000);
+        // 2026-01-01 00:00:00.0015 UTC in PostgreSQL microseconds.
         let ts = (epoch * 1000 + 1500) - PG_EPOCH_UNIX_US;
         assert_eq!(ms_of_timestamptz(ts, epoch), Ok(1));
         assert_eq!(timestamptz_of_ms(1, epoch), ts - 500);

@@ -9,8 +9,8 @@ use crate::errors::{IdError, OrRaise};
 use crate::layout::parse_epoch;
 
 const EPOCH_NAME: &CStr = c"pg_idgen.epoch";
-/// The default epoch. 41 bits of milliseconds from it last until 2094-09-07.
-pub const DEFAULT_EPOCH: &CStr = c"2025-01-01 00:00:00+00";
+/// The default epoch. IDs can carry times from it until 2060-11-03.
+pub const DEFAULT_EPOCH: &CStr = c"2026-01-01 00:00:00+00";
 
 static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
 static EPOCH_UNIX_MS: OnceCell<i64> = OnceCell::new();

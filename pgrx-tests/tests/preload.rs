@@ -18,7 +18,7 @@ fn without_preload_minting_is_55000_and_decoding_works() {
         .unwrap();
     assert_eq!(row.get::<_, i32>(0), 1);
     assert_eq!(row.get::<_, i32>(1), 2);
-    assert_eq!(row.get::<_, String>(2), "2025-01-01 00:00:00+00");
+    assert_eq!(row.get::<_, String>(2), "2026-01-01 00:00:00+00");
     // The session still works after the errors.
     assert_eq!(sqlstate(c.query_one("SELECT id_shard(-1)", &[])), "22003");
     drop(c);
