@@ -61,8 +61,7 @@ fn schema_oid(name: &str) -> pg_sys::Oid {
 /// The schema holding pg_idgen's objects, quoted for use in SQL.
 fn registry_table() -> String {
     let schema = Spi::get_one::<String>(
-        "SELECT quote_ident(n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
-          WHERE e.extname = 'pg_idgen'",
+        "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'pg_idgen'",
     )
     .or_raise()
     .unwrap_or_default();
@@ -148,7 +147,7 @@ fn quote_ident(name: &str) -> String {
 
 fn check_shard_free(table: &str, shard: Shard) {
     let holder = Spi::get_one_with_args::<String>(
-        &format!("SELECT n.nspname::text FROM {table} r JOIN pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1"),
+        &format!("SELECT (SELECT n.nspname::text FROM {table} r JOIN pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1)"),
         &[(shard.index() as i32).into()],
     )
     .or_raise();
@@ -163,7 +162,7 @@ fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
     // until the insert; readers are not blocked.
     Spi::run(&format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")).or_raise();
     let existing = Spi::get_one_with_args::<i32>(
-        &format!("SELECT shard FROM {table} WHERE schema_oid = $1"),
+        &format!("SELECT (SELECT shard FROM {table} WHERE schema_oid = $1)"),
         &[oid.into()],
     )
     .or_raise();
@@ -188,4 +187,76 @@ fn shard_schema_registry_changed<'a>(
     // SAFETY: queues an invalidation message for a relation that exists.
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
     Ok(None)
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use crate::testing::{one, sqlstate};
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn create_registers_and_ids_carry_the_schema_shard() {
+        Spi::run("SELECT shard_schema_create('insta5', 5)").unwrap();
+        assert_eq!(one::<String>("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas"), "insta5=5");
+        Spi::run(
+            "CREATE TABLE insta5.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('insta5'), n int);
+             INSERT INTO insta5.photos (n) SELECT generate_series(1, 2000)",
+        )
+        .unwrap();
+        assert_eq!(one::<String>("SELECT min(id_shard(id)) || '-' || max(id_shard(id)) || '-' || count(DISTINCT id) FROM insta5.photos"), "5-5-2000");
+    }
+
+    #[pg_test]
+    fn register_an_existing_schema_and_mixed_case_names() {
+        Spi::run("CREATE SCHEMA \"Shard Nine\"; SELECT shard_schema_register('Shard Nine', 9)").unwrap();
+        assert_eq!(one::<i32>("SELECT id_shard(next_schema_id('Shard Nine'))"), 9);
+        Spi::run("SELECT shard_schema_create('Quoted\"Name', 10)").unwrap();
+        assert_eq!(one::<i32>("SELECT id_shard(next_schema_id('Quoted\"Name'))"), 10);
+    }
+
+    #[pg_test]
+    fn registry_errors_have_their_sqlstates() {
+        Spi::run("SELECT shard_schema_create('s1', 1); CREATE SCHEMA s2; CREATE SCHEMA s3").unwrap();
+        assert_eq!(sqlstate("shard_schema_register('s2', 1)"), "23505", "shard held by another schema");
+        assert_eq!(sqlstate("shard_schema_register('s1', 2)"), "23505", "schema registered twice");
+        assert_eq!(sqlstate("shard_schema_register('nope', 3)"), "3F000");
+        assert_eq!(sqlstate("shard_schema_register('s2', 8192)"), "22003");
+        assert_eq!(sqlstate("shard_schema_create('s4', -1)"), "22003");
+        assert_eq!(sqlstate("shard_schema_create('s3', 4)"), "42P06", "CREATE SCHEMA of an existing schema");
+        assert_eq!(sqlstate("next_schema_id('nope')"), "3F000");
+        assert_eq!(sqlstate("next_schema_id('s3')"), "42704");
+        assert_eq!(Spi::get_one::<i64>("SELECT next_schema_id(NULL)").unwrap(), None);
+    }
+
+    #[pg_test(error = "schema \"s3\" is not registered as a pg_idgen shard")]
+    fn unregistered_schema_says_so() {
+        Spi::run("CREATE SCHEMA s3; SELECT next_schema_id('s3')").unwrap();
+    }
+
+    #[pg_test]
+    fn a_failed_create_leaves_no_schema_behind() {
+        Spi::run("SELECT shard_schema_create('first', 7)").unwrap();
+        assert_eq!(sqlstate("shard_schema_create('second', 7)"), "23505");
+        assert!(!one::<bool>("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = 'second')"));
+    }
+
+    #[pg_test]
+    fn a_dropped_schema_frees_its_shard_and_its_name() {
+        Spi::run("SELECT shard_schema_create('gone', 12); DROP SCHEMA gone").unwrap();
+        assert_eq!(one::<i64>("SELECT count(*) FROM shard_schema_registry"), 0);
+        Spi::run("CREATE SCHEMA gone").unwrap();
+        assert_eq!(sqlstate("next_schema_id('gone')"), "42704", "a new schema of the same name must not inherit");
+        Spi::run("SELECT shard_schema_create('other', 12)").unwrap();
+        assert_eq!(one::<i32>("SELECT id_shard(next_schema_id('other'))"), 12);
+    }
+
+    #[pg_test]
+    fn registry_functions_declare_volatility_and_parallel_safety() {
+        let rows: String = one(
+            "SELECT string_agg(proname || ':' || provolatile::text || proparallel::text || proisstrict::text, ' ' ORDER BY proname)
+               FROM pg_proc WHERE proname IN ('next_schema_id', 'shard_schema_register', 'shard_schema_create')",
+        );
+        assert_eq!(rows, "next_schema_id:vutrue shard_schema_create:vutrue shard_schema_register:vutrue");
+    }
 }

@@ -2,7 +2,8 @@
 //! installed (by `cargo pgrx install`), each in a directory of its own,
 //! listening on a Unix socket there and on no TCP address, run as the
 //! `postgres` user when the tests run as root, and always stopped when the
-//! handle is dropped, even when a test fails.
+//! handle is dropped, even when a test fails. Its files are removed then
+//! too, unless `PG_IDGEN_E2E_KEEP` is set.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -188,7 +189,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop("immediate");
-        if !std::thread::panicking() {
+        if std::env::var_os("PG_IDGEN_E2E_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

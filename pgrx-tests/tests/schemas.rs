@@ -13,7 +13,7 @@ fn registry_changes_reach_other_backends_and_dropped_schemas_are_forgotten() {
     b.batch_execute("SELECT shard_schema_register('insta5', 5)").unwrap();
     let id: i64 = a.query_one("SELECT next_schema_id('insta5')", &[]).unwrap().get(0);
     assert_eq!(decode(id).1, 5);
-    // Moved to another shard by B: A follows.
+    // Dropped and created again by B: the new schema does not inherit the shard.
     b.batch_execute("DROP SCHEMA insta5; CREATE SCHEMA insta5").unwrap();
     assert_eq!(sqlstate(a.query_one("SELECT next_schema_id('insta5')", &[])), "42704");
     b.batch_execute("SELECT shard_schema_register('insta5', 6)").unwrap();
@@ -32,4 +32,22 @@ fn registry_changes_reach_other_backends_and_dropped_schemas_are_forgotten() {
     .unwrap();
     let row = a.query_one("SELECT count(*), count(DISTINCT id), min(id_shard(id)), max(id_shard(id)) FROM insta6.photos", &[]).unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i32>(2), row.get::<_, i32>(3)), (1000, 1000, 6, 6));
+}
+
+#[test]
+fn the_extension_drops_and_comes_back_cleanly() {
+    let server = Server::start("drop_extension", &[]);
+    let mut c = server.client();
+    c.batch_execute(
+        "SELECT shard_schema_create('s1', 1);
+         DROP EXTENSION pg_idgen;
+         DROP SCHEMA s1;
+         CREATE EXTENSION pg_idgen;
+         CREATE SCHEMA s1;",
+    )
+    .unwrap();
+    assert_eq!(sqlstate(c.query_one("SELECT next_schema_id('s1')", &[])), "42704");
+    c.batch_execute("SELECT shard_schema_register('s1', 1)").unwrap();
+    let id: i64 = c.query_one("SELECT next_schema_id('s1')", &[]).unwrap().get(0);
+    assert_eq!(decode(id).1, 1);
 }
