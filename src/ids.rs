@@ -184,6 +184,16 @@ mod tests {
     }
 
     #[pg_test]
+    fn decode_stays_unambiguous_beside_pg_hashids() {
+        // pg_hashids defines id_decode(text); a stand-in with its signature.
+        Spi::run("CREATE FUNCTION id_decode(text) RETURNS bigint[] LANGUAGE sql AS 'SELECT ARRAY[-1::bigint]'").unwrap();
+        assert_eq!(one::<String>("SELECT id_decode(1026)::text"), "(\"2026-01-01 00:00:00+00\",1,2)");
+        assert_eq!(one::<String>("SELECT id_decode(1026::bigint)::text"), "(\"2026-01-01 00:00:00+00\",1,2)");
+        // An untyped string literal goes to the text function, as PostgreSQL prefers text for unknowns.
+        assert_eq!(one::<String>("SELECT id_decode('1026')::text"), "{-1}");
+    }
+
+    #[pg_test]
     fn decode_rejects_negative_ids() {
         for f in ["id_ts", "id_shard", "id_seq", "id_decode"] {
             assert_eq!(sqlstate(&format!("{f}(-1)")), "22003", "{f}");
