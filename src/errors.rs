@@ -18,6 +18,9 @@ pub enum IdError {
     /// Minting would put an ID's time further ahead of the clock than allowed.
     ClockBehind { shard: Option<i32>, ahead_ms: i64, max_lead_ms: i64 },
     NotPreloaded,
+    /// Minting in a read-only transaction (or on a hot standby).
+    ReadOnly(&'static str),
+    TooManyDatabases(usize),
     InvalidEpoch(String),
     SchemaMissing(String),
     SchemaNotRegistered(String),
@@ -42,6 +45,8 @@ impl IdError {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             TimeOutOfRange | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
             ClockBehind { .. } | NotPreloaded => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            TooManyDatabases(_) => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             InvalidEpoch(_) => ERRCODE_INVALID_PARAMETER_VALUE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
@@ -86,6 +91,16 @@ impl IdError {
                 "pg_idgen must be loaded via shared_preload_libraries to mint IDs".into(),
                 None,
                 Some("Add pg_idgen to shared_preload_libraries in postgresql.conf and restart the server.".into()),
+            ),
+            ReadOnly(f) => (
+                format!("cannot execute {f}() in a read-only transaction"),
+                Some("Minting may write the persisted high-water mark, as nextval() writes its sequence.".into()),
+                None,
+            ),
+            TooManyDatabases(n) => (
+                "too many databases mint pg_idgen values on this server".into(),
+                Some(format!("At most {n} databases can mint between two server starts.")),
+                None,
             ),
             InvalidEpoch(v) => (
                 format!("invalid value for parameter \"pg_idgen.epoch\": \"{v}\""),

@@ -6,7 +6,9 @@
 //! out is a tick larger than the last one, so values never repeat and always
 //! increase. Given the last tick and a clock reading, [`step`] decides the next
 //! tick, a short wait, or an error; [`mint`] applies it to a shared atomic with
-//! compare-and-swap, so any number of backends can mint without a lock.
+//! compare-and-swap, so any number of backends can mint without a lock. A
+//! [`Reservation`] says up to which millisecond values are covered by a
+//! persisted high-water mark; past it, `mint` has it extended first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,6 +28,10 @@ pub struct TickFormat {
 /// is nearly used (a full millisecond with `max_clock_lead_ms = 0`, say).
 pub const MAX_WAIT_MS: i64 = 1000;
 
+/// How many times one mint call may extend the reservation: once is the
+/// rule, a second when another backend raced ahead meanwhile.
+pub const MAX_EXTENSIONS: u32 = 4;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Hand out this tick.
@@ -37,13 +43,52 @@ pub enum Step {
 /// What one successful mint saw, for the status counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Minted {
+    /// The tick handed out.
     pub tick: u64,
-    /// The clock read earlier than the previous value's millisecond.
-    pub clock_regressed: bool,
-    /// The value's millisecond is ahead of the clock (borrowed time).
-    pub borrowed: bool,
+    /// The tick handed out before it.
+    pub prev: u64,
+    /// The clock, as a tick, when it was handed out.
+    pub now: u64,
     /// The call slept for the clock to catch up.
     pub waited: bool,
+}
+
+impl Minted {
+    /// The value opened a new millisecond ahead of the clock: one borrowed millisecond.
+    pub fn borrowed_ms(&self, fmt: TickFormat) -> bool {
+        let ms = self.tick >> fmt.bits;
+        ms > self.prev >> fmt.bits && ms > self.now >> fmt.bits
+    }
+}
+
+/// Up to which millisecond values may be handed out: a high-water mark
+/// persisted ahead of them, so that a restart never hands them out again.
+pub trait Reservation {
+    /// Values of millisecond `ms` (in the generator's units) are covered.
+    fn covers(&self, ms: i64) -> bool;
+    /// Extends the reservation to cover `ms`. It may raise the generator's
+    /// state (to a floor recovered from disk), so the caller starts over.
+    fn extend(&self, ms: i64) -> Result<(), IdError>;
+}
+
+/// No persistence: every value is covered.
+pub struct Unreserved;
+
+impl Reservation for Unreserved {
+    fn covers(&self, _ms: i64) -> bool {
+        true
+    }
+    fn extend(&self, _ms: i64) -> Result<(), IdError> {
+        Ok(())
+    }
+}
+
+/// Raises a generator's state so that its next value lies in millisecond
+/// `ms` or later (a floor recovered from a persisted mark).
+pub fn raise_floor(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
+    if ms > 0 {
+        cell.fetch_max(((ms as u64) << fmt.bits) - 1, Ordering::AcqRel);
+    }
 }
 
 /// Decides the next tick after `last`, given the clock as a tick `now`.
@@ -75,30 +120,33 @@ pub fn step(last: u64, now: u64, fmt: TickFormat, max_lead_ms: i64) -> Result<St
 /// `clock` returns the current time as a tick (or an error when it is out of
 /// range); `sleep` waits about the given number of milliseconds. The loop
 /// retries only when another backend won the compare-and-swap (progress was
-/// made) or after a wait; total waiting is bounded by [`MAX_WAIT_MS`].
+/// made), after a wait, or after extending the reservation; total waiting is
+/// bounded by [`MAX_WAIT_MS`], extensions by [`MAX_EXTENSIONS`].
 #[inline]
 pub fn mint(
     cell: &AtomicU64,
     fmt: TickFormat,
     max_lead_ms: i64,
+    reservation: &impl Reservation,
     mut clock: impl FnMut() -> Result<u64, IdError>,
     mut sleep: impl FnMut(i64),
 ) -> Result<Minted, IdError> {
     let mut last = cell.load(Ordering::Acquire);
     let mut waited_ms = 0;
+    let mut extensions = 0;
     loop {
         let now = clock()?;
         match step(last, now, fmt, max_lead_ms)? {
-            Step::Take(tick) => match cell.compare_exchange_weak(last, tick, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    let now_ms = now >> fmt.bits;
-                    return Ok(Minted {
-                        tick,
-                        clock_regressed: now_ms < last >> fmt.bits,
-                        borrowed: tick >> fmt.bits > now_ms,
-                        waited: waited_ms > 0,
-                    });
+            Step::Take(tick) if !reservation.covers((tick >> fmt.bits) as i64) => {
+                if extensions == MAX_EXTENSIONS {
+                    return Err(IdError::Internal("the high-water mark did not cover the next value".into()));
                 }
+                extensions += 1;
+                reservation.extend((tick >> fmt.bits) as i64)?;
+                last = cell.load(Ordering::Acquire);
+            }
+            Step::Take(tick) => match cell.compare_exchange_weak(last, tick, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(Minted { tick, prev: last, now, waited: waited_ms > 0 }),
                 Err(seen) => last = seen,
             },
             Step::Wait(ms) if waited_ms < MAX_WAIT_MS => {
@@ -173,12 +221,13 @@ mod tests {
         let cell = AtomicU64::new(t(100, 1023));
         let now = Cell::new(100u64);
         let mut sleeps = vec![];
-        let m = mint(&cell, FMT, 0, || Ok(t(now.get(), 0)), |ms| {
+        let m = mint(&cell, FMT, 0, &Unreserved, || Ok(t(now.get(), 0)), |ms| {
             sleeps.push(ms);
             now.set(now.get() + ms as u64);
         })
         .unwrap();
-        assert_eq!(m, Minted { tick: t(101, 0), clock_regressed: false, borrowed: false, waited: true });
+        assert_eq!(m, Minted { tick: t(101, 0), prev: t(100, 1023), now: t(101, 0), waited: true });
+        assert!(!m.borrowed_ms(FMT));
         assert_eq!(sleeps, vec![1]);
         assert_eq!(cell.load(Ordering::Relaxed), t(101, 0));
     }
@@ -187,17 +236,71 @@ mod tests {
     fn mint_with_a_frozen_clock_gives_up_after_bounded_waiting() {
         let cell = AtomicU64::new(t(100, 1023));
         let mut slept = 0;
-        let r = mint(&cell, FMT, 0, || Ok(t(100, 0)), |ms| slept += ms);
+        let r = mint(&cell, FMT, 0, &Unreserved, || Ok(t(100, 0)), |ms| slept += ms);
         assert!(matches!(r, Err(IdError::ClockBehind { .. })), "{r:?}");
         assert!(slept >= MAX_WAIT_MS && slept <= MAX_WAIT_MS + 1, "{slept}");
         assert_eq!(cell.load(Ordering::Relaxed), t(100, 1023), "nothing handed out");
     }
 
     #[test]
-    fn mint_reports_regressions_and_borrowing() {
-        let cell = AtomicU64::new(t(1_000, 5));
-        let m = mint(&cell, FMT, 10_000, || Ok(t(400, 0)), |_| unreachable!()).unwrap();
-        assert_eq!(m, Minted { tick: t(1_000, 6), clock_regressed: true, borrowed: true, waited: false });
+    fn mint_reports_borrowed_milliseconds() {
+        let cell = AtomicU64::new(t(1_000, 1023));
+        let m = mint(&cell, FMT, 10_000, &Unreserved, || Ok(t(400, 0)), |_| unreachable!()).unwrap();
+        assert_eq!(m, Minted { tick: t(1_001, 0), prev: t(1_000, 1023), now: t(400, 0), waited: false });
+        assert!(m.borrowed_ms(FMT));
+        let m = mint(&cell, FMT, 10_000, &Unreserved, || Ok(t(400, 0)), |_| unreachable!()).unwrap();
+        assert!(!m.borrowed_ms(FMT), "the same borrowed millisecond counts once");
+    }
+
+    /// A reservation in memory that counts its extensions and may carry a
+    /// recovered floor, as the persisted mark does.
+    struct TestReservation<'a> {
+        cell: &'a AtomicU64,
+        reserved: Cell<i64>,
+        floor: Cell<Option<i64>>,
+        extensions: Cell<u32>,
+    }
+
+    impl Reservation for TestReservation<'_> {
+        fn covers(&self, ms: i64) -> bool {
+            ms <= self.reserved.get()
+        }
+        fn extend(&self, ms: i64) -> Result<(), IdError> {
+            if let Some(floor) = self.floor.take() {
+                raise_floor(self.cell, FMT, floor);
+            }
+            self.extensions.set(self.extensions.get() + 1);
+            self.reserved.set(self.reserved.get().max(ms) + 100);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn values_past_the_reservation_extend_it_first_and_respect_a_recovered_floor() {
+        let cell = AtomicU64::new(0);
+        let r = TestReservation { cell: &cell, reserved: Cell::new(0), floor: Cell::new(Some(5_000)), extensions: Cell::new(0) };
+        // The clock reads ms 4_000, behind the recovered floor of 5_000.
+        let m = mint(&cell, FMT, 2_000, &r, || Ok(t(4_000, 0)), |_| unreachable!()).unwrap();
+        assert_eq!(m.tick, t(5_000, 0), "the first value is at the floor, not at the clock");
+        assert_eq!(r.extensions.get(), 2, "one extension to load the floor, one to cover it");
+        assert_eq!(r.reserved.get(), 5_100);
+        let (mut m, mut n) = (m, 0);
+        while m.tick >> 10 <= 5_100 {
+            assert_eq!(r.extensions.get(), 2, "no extension inside the reserved range");
+            m = mint(&cell, FMT, 2_000, &r, || Ok(t(4_000, 0)), |_| unreachable!()).unwrap();
+            n += 1;
+            assert!(n <= 200_000);
+        }
+        assert_eq!(m.tick, t(5_101, 0));
+        assert_eq!(r.extensions.get(), 3, "the next extension comes only past the reserved millisecond");
+    }
+
+    #[test]
+    fn a_floor_beyond_the_lead_is_an_error_not_a_lower_value() {
+        let cell = AtomicU64::new(0);
+        let r = TestReservation { cell: &cell, reserved: Cell::new(0), floor: Cell::new(Some(600_000)), extensions: Cell::new(0) };
+        let e = mint(&cell, FMT, 10_000, &r, || Ok(t(1_000, 0)), |_| {}).unwrap_err();
+        assert_eq!(e, IdError::ClockBehind { shard: None, ahead_ms: 599_000, max_lead_ms: 10_000 });
     }
 
     #[test]
@@ -206,7 +309,7 @@ mod tests {
         let cell = AtomicU64::new(0);
         let mut got = 0;
         let err = loop {
-            match mint(&cell, FMT, 3, || Ok(t(1, 0)), |_| {}) {
+            match mint(&cell, FMT, 3, &Unreserved, || Ok(t(1, 0)), |_| {}) {
                 Ok(_) => got += 1,
                 Err(e) => break e,
             }
@@ -227,7 +330,7 @@ mod tests {
                     let mut seen = Vec::with_capacity(50_000);
                     for _ in 0..50_000 {
                         let ms = start.elapsed().as_millis() as u64;
-                        let m = mint(&cell, FMT, 60_000, || Ok(t(ms, 0)), |_| {}).unwrap();
+                        let m = mint(&cell, FMT, 60_000, &Unreserved, || Ok(t(ms, 0)), |_| {}).unwrap();
                         seen.push(m.tick);
                     }
                     seen

@@ -5,9 +5,10 @@ use pgrx::prelude::*;
 use crate::errors::{IdError, OrRaise};
 use crate::generator::{self, TickFormat};
 use crate::layout::{self, Parts, Shard, MAX_MS, SEQ_BITS};
+use crate::durable::{self, DbReservation};
 use crate::{clock, settings, shared};
 
-const TICKS: TickFormat = TickFormat { bits: SEQ_BITS, max_ms: MAX_MS };
+pub const TICKS: TickFormat = TickFormat { bits: SEQ_BITS, max_ms: MAX_MS };
 
 /// The clock as a generator tick: epoch milliseconds, counter 0.
 #[inline]
@@ -20,18 +21,22 @@ fn now_tick() -> Result<u64, IdError> {
     }
 }
 
-/// Mints the next ID of a shard. Shared by `next_shard_id` and `next_schema_id`.
+/// Mints the next ID of a shard, for SQL function `function`.
 #[inline]
-pub fn mint(shard: Shard) -> i64 {
+pub fn mint(shard: Shard, function: &'static str) -> i64 {
     let slot = &shared::state().or_raise().shards[shard.index()];
-    let minted = generator::mint(&slot.last, TICKS, settings::max_clock_lead_ms(), now_tick, clock::sleep_ms)
-        .map_err(|e| match e {
+    durable::check_writable(function);
+    let reservation = DbReservation::current(settings::epoch_unix_ms());
+    let minted =
+        generator::mint(&slot.last, TICKS, settings::max_clock_lead_ms(), &reservation, now_tick, clock::sleep_ms)
+            .map_err(|e| match e {
             IdError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
                 IdError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
             }
             e => e,
         })
-        .or_raise();
+            .or_raise();
+    slot.record(&minted, TICKS);
     layout::from_tick(minted.tick, shard)
 }
 
@@ -51,7 +56,7 @@ fn timestamptz(us: i64) -> TimestampWithTimeZone {
 /// The next ID for a logical shard (0..8191).
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_shard_id(shard: i32) -> i64 {
-    mint(Shard::new(shard).or_raise())
+    mint(Shard::new(shard).or_raise(), "next_shard_id")
 }
 
 /// The time an ID was minted (to the millisecond).

@@ -7,7 +7,9 @@
 
 use pgrx::prelude::*;
 
+mod catalog;
 mod clock;
+mod durable;
 mod errors;
 mod generator;
 mod ids;
@@ -16,6 +18,7 @@ mod random;
 mod schemas;
 mod settings;
 mod shared;
+mod status;
 mod uuid7;
 #[cfg(any(test, feature = "pg_test"))]
 mod testing;

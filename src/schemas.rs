@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use pgrx::prelude::*;
 
 use crate::errors::{IdError, OrRaise};
-use crate::ids;
+use crate::{catalog, ids};
 use crate::layout::Shard;
 
 extension_sql_file!("../sql/registry.sql", name = "registry", requires = [shard_schema_registry_changed]);
@@ -58,14 +58,9 @@ fn schema_oid(name: &str) -> pg_sys::Oid {
     unsafe { pg_sys::get_namespace_oid(c.as_ptr(), true) }
 }
 
-/// The schema holding pg_idgen's objects, quoted for use in SQL.
+/// The registry table, qualified and quoted for use in SQL.
 fn registry_table() -> String {
-    let schema = Spi::get_one::<String>(
-        "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'pg_idgen'",
-    )
-    .or_raise()
-    .unwrap_or_default();
-    format!("{schema}.shard_schema_registry")
+    catalog::qualified("shard_schema_registry")
 }
 
 fn reload() {
@@ -118,7 +113,8 @@ fn shard_of(name: &str) -> Shard {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_schema_id(schema_name: &str) -> i64 {
     crate::shared::state().or_raise();
-    ids::mint(shard_of(schema_name))
+    crate::durable::check_writable("next_schema_id");
+    ids::mint(shard_of(schema_name), "next_schema_id")
 }
 
 /// Registers an existing schema as a logical shard.

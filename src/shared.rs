@@ -1,26 +1,80 @@
-//! Generator state in shared memory: one slot per logical shard and one for
-//! UUIDv7. Present only when the library is preloaded.
+//! Generator state in shared memory: one slot per logical shard, one for
+//! UUIDv7, and each database's reserved high-water mark. Present only when
+//! the library is preloaded.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 
 use crate::errors::IdError;
+use crate::generator::{Minted, TickFormat};
 use crate::layout::MAX_SHARD;
 
-/// One generator's state, alone on its cache line so that backends minting
-/// for different shards do not slow each other down.
+/// How many databases of one server can mint (each keeps its own mark).
+pub const MAX_DATABASES: usize = 64;
+
+/// One generator's state and counters, alone on its cache line so that
+/// backends minting for different shards do not slow each other down.
 #[repr(C, align(64))]
 pub struct Slot {
     /// The last tick handed out (see `generator`); 0 before the first.
     pub last: AtomicU64,
+    /// The latest clock reading seen, as a tick.
+    pub clock_seen: AtomicU64,
+    pub minted: AtomicU64,
+    /// Calls that slept for the clock to catch up.
+    pub waits: AtomicU64,
+    /// Milliseconds entered ahead of the clock.
+    pub borrowed_ms: AtomicU64,
+    /// Values handed out while the clock read earlier than a reading seen before.
+    pub clock_regressions: AtomicU64,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        last: AtomicU64::new(0),
+        clock_seen: AtomicU64::new(0),
+        minted: AtomicU64::new(0),
+        waits: AtomicU64::new(0),
+        borrowed_ms: AtomicU64::new(0),
+        clock_regressions: AtomicU64::new(0),
+    };
+
+    /// Counts one value handed out.
+    #[inline]
+    pub fn record(&self, m: &Minted, fmt: TickFormat) {
+        self.minted.fetch_add(1, Ordering::Relaxed);
+        let now_ms = m.now >> fmt.bits;
+        let seen_ms = self.clock_seen.load(Ordering::Relaxed) >> fmt.bits;
+        if now_ms > seen_ms {
+            self.clock_seen.fetch_max(m.now, Ordering::Relaxed);
+        } else if now_ms < seen_ms {
+            self.clock_regressions.fetch_add(1, Ordering::Relaxed);
+        }
+        if m.waited {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
+        if m.borrowed_ms(fmt) {
+            self.borrowed_ms.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A database's reservation: values up to `reserved_ms` (Unix ms) are
+/// covered by the mark persisted in that database.
+pub struct DbMark {
+    /// The database, or 0 for a free entry.
+    pub dboid: AtomicU32,
+    /// 0 until the database's persisted mark is loaded after server start.
+    pub reserved_ms: AtomicI64,
 }
 
 #[repr(C)]
 pub struct SharedState {
     pub shards: [Slot; MAX_SHARD as usize + 1],
     pub uuid: Slot,
+    pub marks: [DbMark; MAX_DATABASES],
 }
 
 // SAFETY: the state is only atomics, valid in any process that maps it.
@@ -28,8 +82,20 @@ unsafe impl PGRXSharedMemory for SharedState {}
 
 impl SharedState {
     fn new() -> Self {
-        const EMPTY: Slot = Slot { last: AtomicU64::new(0) };
-        SharedState { shards: [EMPTY; MAX_SHARD as usize + 1], uuid: EMPTY }
+        const FREE: DbMark = DbMark { dboid: AtomicU32::new(0), reserved_ms: AtomicI64::new(0) };
+        SharedState { shards: [Slot::EMPTY; MAX_SHARD as usize + 1], uuid: Slot::EMPTY, marks: [FREE; MAX_DATABASES] }
+    }
+
+    /// The mark entry of a database, claiming a free one the first time.
+    pub fn mark_of(&self, dboid: u32) -> Result<&DbMark, IdError> {
+        for m in &self.marks {
+            match m.dboid.compare_exchange(0, dboid, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(m),
+                Err(owner) if owner == dboid => return Ok(m),
+                Err(_) => {}
+            }
+        }
+        Err(IdError::TooManyDatabases(MAX_DATABASES))
     }
 }
 

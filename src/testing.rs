@@ -9,11 +9,17 @@ pub fn one<T: FromDatum + IntoDatum>(sql: &str) -> T {
 
 /// The SQLSTATE that evaluating the SQL expression `expr` fails with, or "ok".
 pub fn sqlstate(expr: &str) -> String {
+    if one::<bool>("SELECT to_regprocedure('pg_temp.sqlstate_of(text)') IS NULL") {
+        create_sqlstate_of();
+    }
+    one(&format!("SELECT pg_temp.sqlstate_of($q${expr}$q$)"))
+}
+
+fn create_sqlstate_of() {
     Spi::run(
         "CREATE OR REPLACE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $f$
          BEGIN EXECUTE 'SELECT ' || q; RETURN 'ok';
          EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE; END $f$",
     )
     .unwrap();
-    one(&format!("SELECT pg_temp.sqlstate_of($q${expr}$q$)"))
 }

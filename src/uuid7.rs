@@ -16,11 +16,12 @@ use pgrx::prelude::*;
 use uuid::{Builder, Variant, Version};
 
 use crate::errors::{IdError, OrRaise};
-use crate::generator::{self, TickFormat};
+use crate::durable::DbReservation;
+use crate::generator::{self, TickFormat, Unreserved};
 use crate::{clock, layout, random, settings, shared};
 
 const RAND_A_BITS: u32 = 12;
-const TICKS: TickFormat = TickFormat { bits: RAND_A_BITS, max_ms: (1 << 48) - 1 };
+pub const TICKS: TickFormat = TickFormat { bits: RAND_A_BITS, max_ms: (1 << 48) - 1 };
 
 /// The tick of a Unix time in microseconds: ms and a 12-bit fraction of it.
 fn tick_of_unix_us(us: i64) -> Result<u64, IdError> {
@@ -54,23 +55,29 @@ fn unix_ms(u: &pgrx::Uuid) -> Option<i64> {
 /// Per-backend state, for servers that did not preload the library.
 static LOCAL: AtomicU64 = AtomicU64::new(0);
 
-/// A new version-7 UUID, larger than every one minted before on this server
-/// (in this backend, without preload).
+fn now_tick() -> Result<u64, IdError> {
+    tick_of_unix_us(clock::unix_us()).map_err(|_| IdError::ClockOutOfRange)
+}
+
+/// A new version-7 UUID, larger than every one minted before on this server.
+/// Without the preload, or in a read-only transaction (a hot standby, say),
+/// where the high-water mark cannot be written: larger than every one minted
+/// before in this backend.
 #[pg_extern(volatile, parallel_unsafe)]
 fn uuid_v7() -> pgrx::Uuid {
-    let cell = match shared::state() {
-        Ok(state) => &state.uuid.last,
-        Err(_) => &LOCAL,
+    let lead = settings::max_clock_lead_ms();
+    // SAFETY: reads a plain global flag of this backend.
+    let read_only = unsafe { pg_sys::XactReadOnly };
+    let tick = match shared::state() {
+        Ok(state) if !read_only => {
+            let minted = generator::mint(&state.uuid.last, TICKS, lead, &DbReservation::current(0), now_tick, clock::sleep_ms)
+                .or_raise();
+            state.uuid.record(&minted, TICKS);
+            minted.tick
+        }
+        _ => generator::mint(&LOCAL, TICKS, lead, &Unreserved, now_tick, clock::sleep_ms).or_raise().tick,
     };
-    let minted = generator::mint(
-        cell,
-        TICKS,
-        settings::max_clock_lead_ms(),
-        || tick_of_unix_us(clock::unix_us()).map_err(|_| IdError::ClockOutOfRange),
-        clock::sleep_ms,
-    )
-    .or_raise();
-    from_tick(minted.tick, random::next_u64())
+    from_tick(tick, random::next_u64())
 }
 
 /// A version-7 UUID carrying the given time (for backfilling and tests).

@@ -1,0 +1,204 @@
+//! The persisted time high-water mark, kept the way PostgreSQL keeps a
+//! sequence: logged ahead, so that nothing handed out is ever handed out
+//! again after a restart, a crash or a promotion.
+//!
+//! Each database with the extension has a sequence, `pg_idgen_hwm`, whose
+//! value is a Unix millisecond M: no ID or UUID minted in that database
+//! carries a later millisecond. Values are handed out from shared memory
+//! while they fall within the reservation; the first value past it extends
+//! the reservation by [`RESERVE_MS`] with `setval` (one WAL record, replayed
+//! by standbys) and flushes the WAL before handing anything out under it.
+//! After a server start, the first extension in each database loads M and
+//! raises every generator above it, whatever the clock says.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+
+use pgrx::prelude::*;
+
+use crate::errors::{IdError, OrRaise};
+use crate::generator::{self, Reservation};
+use crate::shared::{self, DbMark};
+use crate::{catalog, clock, settings};
+
+/// How far ahead of the values handed out each extension reserves. After a
+/// crash, minting starts up to this far ahead of the clock.
+pub const RESERVE_MS: i64 = 1000;
+
+const SEQUENCE: &str = "pg_idgen_hwm";
+
+extension_sql!(
+    r#"
+CREATE SEQUENCE pg_idgen_hwm AS bigint MINVALUE 0 START 0;
+COMMENT ON SEQUENCE pg_idgen_hwm IS
+    'pg_idgen: the Unix millisecond up to which IDs and UUIDs may have been handed out (do not change)';
+SELECT pg_catalog.pg_extension_config_dump('pg_idgen_hwm', '');
+"#,
+    name = "hwm_sequence"
+);
+
+thread_local! {
+    static MY_MARK: Cell<Option<&'static DbMark>> = const { Cell::new(None) };
+}
+
+/// The reservation of the current database, for a generator whose
+/// milliseconds are `offset_ms` behind Unix milliseconds.
+pub struct DbReservation {
+    mark: &'static DbMark,
+    offset_ms: i64,
+}
+
+impl DbReservation {
+    pub fn current(offset_ms: i64) -> DbReservation {
+        let mark = MY_MARK.with(|m| match m.get() {
+            Some(mark) => mark,
+            None => {
+                // SAFETY: MyDatabaseId is set once a backend has connected.
+                let dboid = unsafe { pg_sys::MyDatabaseId }.to_u32();
+                let mark = shared::state().and_then(|s| s.mark_of(dboid)).or_raise();
+                m.set(Some(mark));
+                mark
+            }
+        });
+        DbReservation { mark, offset_ms }
+    }
+
+    pub fn reserved_until_ms(&self) -> i64 {
+        self.mark.reserved_ms.load(Ordering::Acquire)
+    }
+}
+
+impl Reservation for DbReservation {
+    #[inline]
+    fn covers(&self, ms: i64) -> bool {
+        ms + self.offset_ms <= self.mark.reserved_ms.load(Ordering::Acquire)
+    }
+
+    fn extend(&self, ms: i64) -> Result<(), IdError> {
+        extend(self.mark, ms + self.offset_ms);
+        Ok(())
+    }
+}
+
+/// The persisted mark of the current database (Unix ms), read as the superuser.
+pub fn persisted_ms() -> i64 {
+    as_superuser(|| {
+        Spi::get_one::<i64>(&format!("SELECT last_value FROM {}", catalog::qualified(SEQUENCE))).or_raise().unwrap_or(0)
+    })
+}
+
+/// Runs `f` with the bootstrap superuser's rights: the sequence is the
+/// extension's, and users who mint need no privileges on it (nor may they
+/// move it).
+fn as_superuser<T>(f: impl FnOnce() -> T) -> T {
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: saves and switches the current user the way PostgreSQL's own
+    // maintenance code does; an error on the way is undone by the
+    // (sub)transaction abort, which restores the user saved at its start.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
+            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+        );
+    }
+    let result = f();
+    // SAFETY: restores exactly what was saved above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
+    result
+}
+
+/// Extends the current database's reservation to cover Unix millisecond `need_ms`.
+fn extend(mark: &DbMark, need_ms: i64) {
+    let seq = as_superuser(|| {
+        Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[catalog::qualified(SEQUENCE).into()])
+            .or_raise()
+            .unwrap_or(pg_sys::InvalidOid)
+    });
+    // One extension at a time per database; interruptible and seen by the
+    // deadlock detector, and released as soon as the mark is written.
+    // SAFETY: a heavyweight lock on the extension's sequence, released below
+    // or by the transaction's abort.
+    unsafe { pg_sys::LockRelationOid(seq, pg_sys::ShareUpdateExclusiveLock as i32) };
+    if mark.reserved_ms.load(Ordering::Acquire) < need_ms {
+        as_superuser(|| write_mark(mark, seq, need_ms));
+    }
+    // SAFETY: releases the lock taken above.
+    unsafe { pg_sys::UnlockRelationOid(seq, pg_sys::ShareUpdateExclusiveLock as i32) };
+}
+
+fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
+    let persisted =
+        Spi::get_one::<i64>(&format!("SELECT last_value FROM {}", catalog::qualified(SEQUENCE))).or_raise().unwrap_or(0);
+    if mark.reserved_ms.load(Ordering::Acquire) == 0 {
+        raise_floor(persisted);
+    }
+    let now_ms = clock::unix_us().div_euclid(1000);
+    let target = need_ms.max(now_ms).max(persisted) + RESERVE_MS;
+    Spi::run_with_args("SELECT pg_catalog.setval($1, $2, true)", &[seq.into(), target.into()]).or_raise();
+    // The mark is on disk before any value under it is handed out, whether
+    // or not the transaction that wrote it commits.
+    // SAFETY: flushes WAL that has been inserted; no preconditions.
+    unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
+    mark.reserved_ms.fetch_max(target, Ordering::AcqRel);
+}
+
+/// Raises every generator so that its next value lies after Unix millisecond `persisted_ms`.
+fn raise_floor(persisted_ms: i64) {
+    let state = shared::state().or_raise();
+    let epoch = settings::epoch_unix_ms();
+    for slot in &state.shards {
+        generator::raise_floor(&slot.last, crate::ids::TICKS, persisted_ms + 1 - epoch);
+    }
+    generator::raise_floor(&state.uuid.last, crate::uuid7::TICKS, persisted_ms + 1);
+}
+
+/// Refuses to mint in a read-only transaction (and so on a hot standby), as
+/// `nextval` does: the mark could not be written there.
+#[inline]
+pub fn check_writable(function: &'static str) {
+    // SAFETY: reads a plain global flag of this backend.
+    if unsafe { pg_sys::XactReadOnly } {
+        IdError::ReadOnly(function).raise()
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use crate::testing::{one, sqlstate};
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn minting_in_a_read_only_transaction_is_25006_like_nextval() {
+        assert_eq!(sqlstate("1"), "ok");
+        Spi::run("SET transaction_read_only = on").unwrap();
+        assert_eq!(sqlstate("next_shard_id(1)"), "25006");
+        assert_eq!(sqlstate("next_schema_id('public')"), "25006");
+        assert_eq!(sqlstate("nextval('pg_idgen_hwm')"), "25006");
+        // UUIDs still come, ordered within the backend.
+        assert_eq!(one::<i64>("SELECT count(DISTINCT uuid_v7()) FROM generate_series(1, 1000)"), 1000);
+    }
+
+    #[pg_test(error = "cannot execute next_shard_id() in a read-only transaction")]
+    fn read_only_error_names_the_function() {
+        Spi::run("SET transaction_read_only = on; SELECT next_shard_id(1)").unwrap();
+    }
+
+    #[pg_test]
+    fn a_user_without_rights_on_the_mark_mints_and_extends_it() {
+        Spi::run("CREATE ROLE idgen_minter; GRANT USAGE ON SCHEMA public TO idgen_minter").unwrap();
+        assert!(!one::<bool>("SELECT has_sequence_privilege('idgen_minter', 'pg_idgen_hwm', 'UPDATE')"));
+        Spi::run("SELECT next_shard_id(1)").unwrap();
+        let before: i64 = one("SELECT (extract(epoch FROM persisted_mark) * 1000)::bigint FROM id_generator_server_status()");
+        // Past the reservation, the next ID extends it, as this unprivileged role.
+        Spi::run("SELECT pg_sleep(1.2); SET ROLE idgen_minter").unwrap();
+        let id: i64 = one("SELECT next_shard_id(1)");
+        assert_eq!(one::<String>("SELECT current_user::text"), "idgen_minter");
+        Spi::run("RESET ROLE").unwrap();
+        let after: i64 = one("SELECT (extract(epoch FROM persisted_mark) * 1000)::bigint FROM id_generator_server_status()");
+        let id_ms: i64 = one(&format!("SELECT (extract(epoch FROM id_ts({id})) * 1000)::bigint"));
+        assert!(after > before, "the mark moved: {before} -> {after}");
+        assert!(after >= id_ms, "the mark {after} covers the new ID's time {id_ms}");
+    }
+}

@@ -1,0 +1,145 @@
+//! What the generators have done since the server started, for operators.
+
+use std::sync::atomic::Ordering;
+
+use pgrx::prelude::*;
+
+use crate::durable::{self, DbReservation};
+use crate::errors::{IdError, OrRaise};
+use crate::generator::TickFormat;
+use crate::layout::{self, MAX_MS};
+use crate::shared::{self, Slot};
+use crate::{clock, ids, settings, uuid7};
+
+const MS_PER_YEAR: f64 = 365.25 * 86_400_000.0;
+
+fn timestamptz(us: i64) -> TimestampWithTimeZone {
+    TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
+}
+
+/// A slot's last value (epoch-relative ms, counter) and lead over the clock.
+fn last_and_lead(slot: &Slot, fmt: TickFormat, now_ms: i64) -> (i64, i32, i64) {
+    let last = slot.last.load(Ordering::Acquire);
+    let ms = (last >> fmt.bits) as i64;
+    (ms, (last & ((1 << fmt.bits) - 1)) as i32, (ms - now_ms).max(0))
+}
+
+/// One row per logical shard that has minted since the server started.
+#[allow(clippy::type_complexity)]
+#[pg_extern(volatile, parallel_safe)]
+fn id_generator_status() -> TableIterator<
+    'static,
+    (
+        name!(shard, i32),
+        name!(last_ts, TimestampWithTimeZone),
+        name!(last_seq, i32),
+        name!(minted, i64),
+        name!(full_ms_waits, i64),
+        name!(borrowed_ms, i64),
+        name!(clock_regressions, i64),
+        name!(lead_ms, i64),
+    ),
+> {
+    let state = shared::state().or_raise();
+    let epoch = settings::epoch_unix_ms();
+    let now_ms = clock::unix_us().div_euclid(1000) - epoch;
+    let rows: Vec<_> = state
+        .shards
+        .iter()
+        .enumerate()
+        .filter(|(_, slot)| slot.last.load(Ordering::Acquire) != 0)
+        .map(|(shard, slot)| {
+            let (ms, seq, lead) = last_and_lead(slot, ids::TICKS, now_ms);
+            (
+                shard as i32,
+                timestamptz(layout::timestamptz_of_ms(ms, epoch)),
+                seq,
+                slot.minted.load(Ordering::Relaxed) as i64,
+                slot.waits.load(Ordering::Relaxed) as i64,
+                slot.borrowed_ms.load(Ordering::Relaxed) as i64,
+                slot.clock_regressions.load(Ordering::Relaxed) as i64,
+                lead,
+            )
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+/// One row of server-level figures: the epoch and the range left, this
+/// database's persisted and reserved high-water mark, and the UUIDv7 generator.
+#[allow(clippy::type_complexity)]
+#[pg_extern(volatile, parallel_unsafe)]
+fn id_generator_server_status() -> TableIterator<
+    'static,
+    (
+        name!(epoch, TimestampWithTimeZone),
+        name!(range_end, TimestampWithTimeZone),
+        name!(years_left, f64),
+        name!(persisted_mark, TimestampWithTimeZone),
+        name!(reserved_until, Option<TimestampWithTimeZone>),
+        name!(uuid_minted, i64),
+        name!(uuid_clock_regressions, i64),
+        name!(uuid_lead_ms, i64),
+    ),
+> {
+    let state = shared::state().or_raise();
+    let epoch = settings::epoch_unix_ms();
+    let now_ms = clock::unix_us().div_euclid(1000);
+    let reserved = DbReservation::current(epoch).reserved_until_ms();
+    let (_, _, uuid_lead) = last_and_lead(&state.uuid, uuid7::TICKS, now_ms);
+    TableIterator::once((
+        timestamptz(layout::timestamptz_of_ms(0, epoch)),
+        timestamptz(layout::timestamptz_of_ms(MAX_MS, epoch)),
+        (MAX_MS + epoch - now_ms) as f64 / MS_PER_YEAR,
+        timestamptz(layout::timestamptz_of_ms(durable::persisted_ms(), 0)),
+        (reserved != 0).then(|| timestamptz(layout::timestamptz_of_ms(reserved, 0))),
+        state.uuid.minted.load(Ordering::Relaxed) as i64,
+        state.uuid.clock_regressions.load(Ordering::Relaxed) as i64,
+        uuid_lead,
+    ))
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use crate::testing::one;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn status_counts_what_was_minted() {
+        Spi::run("SELECT next_shard_id(300) FROM generate_series(1, 3000)").unwrap();
+        let row: String = one(
+            "SELECT shard || ' ' || minted || ' ' || (last_ts <= clock_timestamp() + interval '10 s')
+                    || ' ' || (borrowed_ms >= 0) || ' ' || (lead_ms >= 0)
+               FROM id_generator_status() WHERE shard = 300",
+        );
+        assert_eq!(row, "300 3000 true true true");
+        let last: bool = one(
+            "SELECT (SELECT max(id) FROM (SELECT next_shard_id(301) AS id) s)
+                  = (SELECT id_from_parts(last_ts, 301, last_seq) FROM id_generator_status() WHERE shard = 301)",
+        );
+        assert!(last, "the status shows the last ID minted");
+    }
+
+    #[pg_test]
+    fn server_status_shows_the_mark_ahead_of_what_was_minted() {
+        Spi::run("SELECT next_shard_id(302)").unwrap();
+        let row: String = one(
+            "SELECT (epoch = id_epoch()) || ' ' || (range_end = '2060-11-03 19:53:47.775+00')
+                    || ' ' || (years_left BETWEEN 30 AND 35)
+                    || ' ' || (persisted_mark >= (SELECT max(last_ts) FROM id_generator_status()))
+                    || ' ' || (reserved_until = persisted_mark)
+               FROM id_generator_server_status()",
+        );
+        assert_eq!(row, "true true true true true");
+    }
+
+    #[pg_test]
+    fn status_functions_declare_volatility_and_parallel_safety() {
+        let rows: String = one(
+            "SELECT string_agg(proname || ':' || provolatile::text || proparallel::text, ' ' ORDER BY proname)
+               FROM pg_proc WHERE proname LIKE 'id_generator%status'",
+        );
+        assert_eq!(rows, "id_generator_server_status:vu id_generator_status:vs");
+    }
+}
