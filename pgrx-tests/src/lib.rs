@@ -66,7 +66,7 @@ fn bin(name: &str) -> String {
 /// A running server. Dropping it stops the server and removes its files.
 pub struct Server {
     pub dir: PathBuf,
-    /// Environment for the server process (a shifted clock, for example).
+    /// Environment for the server process (a shifted clock).
     env: Vec<(String, String)>,
     running: bool,
 }
@@ -77,28 +77,22 @@ impl Server {
     pub fn start(name: &str, conf: &[&str]) -> Server {
         let mut lines = vec!["shared_preload_libraries = 'pg_idgen'"];
         lines.extend_from_slice(conf);
-        let server = Server::init(name, &lines, &[]);
+        let server = Server::init(name, &lines);
         server.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
         server
     }
 
+
     /// A new cluster with exactly these `postgresql.conf` lines and server environment.
-    pub fn init(name: &str, conf: &[&str], env: &[(&str, &str)]) -> Server {
-        let n = SERVERS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("pg_idgen_e2e/{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for d in [dir.parent().unwrap(), &dir] {
-            check("chmod", Command::new("chmod").arg("0755").arg(d).output());
-        }
-        if is_root() {
-            check("chown", Command::new("chown").args(["postgres:postgres"]).arg(&dir).output());
-        }
-        let mut server = Server {
-            dir,
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            running: false,
-        };
+    pub fn init(name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.initdb(conf);
+        server.start_process();
+        server
+    }
+
+    fn initdb(&self, conf: &[&str]) {
+        let server = self;
         check(
             "initdb",
             as_owner(&bin("initdb"))
@@ -114,12 +108,74 @@ impl Server {
         ];
         all.extend(conf.iter().map(|s| s.to_string()));
         server.append_conf(&all.join("\n"));
+    }
+
+    /// A new cluster like [`Server::start`] whose clock libfaketime shifts by
+    /// the offset in a file, which [`Server::set_clock`] rewrites while it runs.
+    pub fn start_with_clock(name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.use_clock_file();
+        let mut lines = vec!["shared_preload_libraries = 'pg_idgen'"];
+        lines.extend_from_slice(conf);
+        server.initdb(&lines);
+        server.start_process();
+        server.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+        server
+    }
+
+    /// A streaming standby of `primary`, made with `pg_basebackup -R`, on its
+    /// own clock file; `conf` lines are added to what it copied from the primary.
+    pub fn standby_of(primary: &Server, name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.use_clock_file();
+        check(
+            "pg_basebackup",
+            as_owner(&bin("pg_basebackup"))
+                .args(["-D", &server.data(), "-R", "-X", "stream", "-U", "postgres", "-d", &primary.conninfo("postgres")])
+                .output(),
+        );
+        let mut all = vec![format!("unix_socket_directories = '{}'", server.dir.display())];
+        all.extend(conf.iter().map(|s| s.to_string()));
+        server.append_conf(&all.join("\n"));
         server.start_process();
         server
     }
 
+    fn use_clock_file(&mut self) {
+        let file = self.dir.join("faketime").to_string_lossy().into_owned();
+        std::fs::write(&file, "+0\n").unwrap();
+        self.env = faketime_env(&file);
+    }
+
+    /// Shifts the server's clock by `offset` (libfaketime syntax, such as
+    /// `-600s`), at once: the server reads the file at every clock reading.
+    pub fn set_clock(&self, offset: &str) {
+        let file = self.env.iter().find(|(k, _)| k == "FAKETIME_TIMESTAMP_FILE").expect("a server with a clock file");
+        std::fs::write(&file.1, format!("{offset}\n")).unwrap();
+    }
+
+    /// Promotes a standby and waits until it accepts writes.
+    pub fn promote(&self) {
+        check("pg_ctl promote", Ok(self.pg_ctl(&["promote"])));
+    }
+
     pub fn data(&self) -> String {
         self.dir.join("data").to_string_lossy().into_owned()
+    }
+
+    /// A server handle on a new, empty directory, owned by the server's user.
+    fn new_dir(name: &str) -> Server {
+        let n = SERVERS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("pg_idgen_e2e/{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for d in [dir.parent().unwrap(), &dir] {
+            check("chmod", Command::new("chmod").arg("0755").arg(d).output());
+        }
+        if is_root() {
+            check("chown", Command::new("chown").args(["postgres:postgres"]).arg(&dir).output());
+        }
+        Server { dir, env: Vec::new(), running: false }
     }
 
     pub fn append_conf(&self, text: &str) {
@@ -193,6 +249,22 @@ impl Drop for Server {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The environment that runs a server under libfaketime with the offset in `file`.
+fn faketime_env(file: &str) -> Vec<(String, String)> {
+    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(Path::new(lib).exists(), "{lib} is missing: install Debian's faketime package");
+    [
+        ("LD_PRELOAD", lib),
+        ("FAKETIME_TIMESTAMP_FILE", file),
+        ("FAKETIME_NO_CACHE", "1"),
+        // Shift only the wall clock: PostgreSQL's timers use the monotonic one.
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 /// The SQLSTATE of a failed statement.

@@ -4,7 +4,7 @@ use pg_idgen_e2e::{sqlstate, Server};
 
 #[test]
 fn without_preload_minting_is_55000_and_decoding_works() {
-    let server = Server::init("no_preload", &[], &[]);
+    let server = Server::init("no_preload", &[]);
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     for sql in ["SELECT next_shard_id(1)", "SELECT next_schema_id('public')"] {
@@ -28,7 +28,7 @@ fn without_preload_minting_is_55000_and_decoding_works() {
 #[test]
 fn an_invalid_epoch_stops_the_server_from_starting() {
     let result = std::panic::catch_unwind(|| {
-        Server::init("bad_epoch", &["shared_preload_libraries = 'pg_idgen'", "pg_idgen.epoch = 'soon'"], &[])
+        Server::init("bad_epoch", &["shared_preload_libraries = 'pg_idgen'", "pg_idgen.epoch = 'soon'"])
     });
     let panic = result.err().expect("a server started with pg_idgen.epoch = 'soon'");
     let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();

@@ -1,0 +1,153 @@
+//! Never a value handed out twice, whatever the clock does across a step
+//! back, a restart, a crash or a standby's promotion (libfaketime moves each
+//! server's clock).
+
+use std::time::{Duration, Instant};
+
+use pg_idgen_e2e::{sqlstate, Server};
+use postgres::Client;
+
+/// A lead bound large enough for the generators to run ahead of a clock
+/// that is 30 minutes behind.
+const LONG_LEAD: &str = "pg_idgen.max_clock_lead_ms = '1h'";
+
+/// The largest ID and UUID handed out so far: stored ones and ones only returned.
+#[derive(Debug, Clone, Copy)]
+struct HighWater {
+    id: i64,
+    uuid: uuid::Uuid,
+}
+
+fn setup(c: &mut Client) {
+    c.batch_execute("CREATE TABLE ids (batch int NOT NULL, id bigint PRIMARY KEY, u uuid NOT NULL UNIQUE)").unwrap();
+}
+
+/// Stores `n` new IDs and UUIDs as batch `batch`, returns one more of each that is
+/// handed out but never stored, and checks they all lie above `after`.
+fn mint(c: &mut Client, batch: i32, n: i32, after: Option<HighWater>) -> HighWater {
+    c.execute(
+        "INSERT INTO ids SELECT $1, next_shard_id(3), uuid_v7() FROM generate_series(1, $2)",
+        &[&batch, &n],
+    )
+    .unwrap();
+    let row = c
+        .query_one(
+            "SELECT (SELECT min(id) FROM ids WHERE batch = $1), (SELECT u FROM ids WHERE batch = $1 ORDER BY u LIMIT 1),
+                    next_shard_id(3), uuid_v7()",
+            &[&batch],
+        )
+        .unwrap();
+    let (min_id, min_uuid): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+    if let Some(after) = after {
+        assert!(min_id > after.id, "batch {batch}: ID {min_id} is not above {}", after.id);
+        assert!(min_uuid > after.uuid, "batch {batch}: UUID {min_uuid} is not above {}", after.uuid);
+    }
+    let top = HighWater { id: row.get(2), uuid: row.get(3) };
+    let stored: i64 = c.query_one("SELECT max(id) FROM ids WHERE batch = $1", &[&batch]).unwrap().get(0);
+    assert!(top.id > stored);
+    top
+}
+
+/// (clock_regressions, borrowed_ms, lead_ms) of shard 3.
+fn shard_status(c: &mut Client) -> (i64, i64, i64) {
+    let r = c
+        .query_one("SELECT clock_regressions, borrowed_ms, lead_ms FROM id_generator_status() WHERE shard = 3", &[])
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2))
+}
+
+#[test]
+fn clock_steps_back_while_running() {
+    let server = Server::start_with_clock("clock_back", &[LONG_LEAD]);
+    let mut c = server.client();
+    setup(&mut c);
+    let top = mint(&mut c, 1, 20_000, None);
+    server.set_clock("-600s");
+    mint(&mut c, 2, 20_000, Some(top));
+    let (regressions, borrowed, lead) = shard_status(&mut c);
+    assert!(regressions >= 20_000, "regressions {regressions}");
+    assert!(borrowed >= 1, "borrowed {borrowed}");
+    assert!((590_000..=610_000).contains(&lead), "lead {lead} ms");
+}
+
+#[test]
+fn clean_restart_with_the_clock_ten_minutes_behind() {
+    let mut server = Server::start_with_clock("restart", &[LONG_LEAD]);
+    let mut c = server.client();
+    setup(&mut c);
+    let top = mint(&mut c, 1, 20_000, None);
+    drop(c);
+    server.set_clock("-600s");
+    server.restart();
+    let mut c = server.client();
+    mint(&mut c, 2, 20_000, Some(top));
+    let (_, borrowed, lead) = shard_status(&mut c);
+    assert!(borrowed >= 1 && lead >= 590_000, "borrowed {borrowed}, lead {lead}");
+}
+
+#[test]
+fn crash_and_restart_with_the_clock_further_behind() {
+    let mut server = Server::start_with_clock("crash", &[LONG_LEAD]);
+    let mut c = server.client();
+    setup(&mut c);
+    let first = mint(&mut c, 1, 20_000, None);
+    server.set_clock("-600s");
+    let second = mint(&mut c, 2, 20_000, Some(first));
+    drop(c);
+    server.stop("immediate");
+    server.set_clock("-1200s");
+    server.restart();
+    let mut c = server.client();
+    mint(&mut c, 3, 20_000, Some(second));
+    let batches: i64 = c.query_one("SELECT count(DISTINCT batch) FROM ids", &[]).unwrap().get(0);
+    assert_eq!(batches, 3, "committed batches survive the crash");
+}
+
+#[test]
+fn standby_promoted_with_its_clock_thirty_minutes_behind() {
+    let mut primary = Server::start_with_clock("primary", &[LONG_LEAD]);
+    let standby = Server::standby_of(&primary, "standby", &[]);
+    let mut p = primary.client();
+    setup(&mut p);
+    let top = mint(&mut p, 1, 20_000, None);
+    let lsn: String = p.query_one("SELECT pg_current_wal_lsn()::text", &[]).unwrap().get(0);
+    let mut s = standby.client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !s
+        .query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn])
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(Instant::now() < deadline, "the standby did not replay {lsn}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    standby.set_clock("-1800s");
+    assert_eq!(sqlstate(s.query_one("SELECT next_shard_id(3)", &[])), "25006", "a hot standby does not mint IDs");
+    drop(p);
+    primary.stop("immediate");
+    standby.promote();
+    let mut s = standby.client();
+    mint(&mut s, 2, 20_000, Some(top));
+    let (_, _, lead) = shard_status(&mut s);
+    assert!(lead >= 1_790_000, "the promoted standby runs {lead} ms ahead of its clock");
+}
+
+#[test]
+fn beyond_the_lead_bound_minting_refuses_clearly() {
+    let server = Server::start_with_clock("small_lead", &["pg_idgen.max_clock_lead_ms = 2000"]);
+    let mut c = server.client();
+    setup(&mut c);
+    let top = mint(&mut c, 1, 5_000, None);
+    server.set_clock("-600s");
+    for sql in ["INSERT INTO ids SELECT 2, next_shard_id(3), gen_random_uuid()", "SELECT uuid_v7()"] {
+        let err = c.execute(sql, &[]).unwrap_err();
+        let db = err.as_db_error().expect("a server error");
+        assert_eq!(db.code().code(), "55000", "{sql}: {db}");
+        assert!(db.message().contains("ms behind the last"), "{}", db.message());
+        assert!(db.hint().unwrap_or("").contains("pg_idgen.max_clock_lead_ms"), "{:?}", db.hint());
+    }
+    let count: i64 = c.query_one("SELECT count(*) FROM ids", &[]).unwrap().get(0);
+    assert_eq!(count, 5_000, "nothing was half-written");
+    server.set_clock("+0");
+    mint(&mut c, 3, 5_000, Some(top));
+}
