@@ -14,6 +14,7 @@ mod errors;
 mod generator;
 mod ids;
 mod layout;
+mod public;
 mod random;
 mod schemas;
 mod settings;

@@ -15,6 +15,7 @@ pub const DEFAULT_EPOCH: &CStr = c"2026-01-01 00:00:00+00";
 static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
 static EPOCH_UNIX_MS: OnceCell<i64> = OnceCell::new();
 static MAX_CLOCK_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+static PUBLIC_ID_KEY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// Defines the settings. The epoch is a postmaster-level setting, which
 /// PostgreSQL only allows a library to define while it is preloaded.
@@ -42,6 +43,14 @@ pub fn register(preloading: bool) {
         GucContext::Suset,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.public_id_key",
+        c"The 128-bit key (32 hexadecimal digits) of id_public() and id_from_public().",
+        c"Only superusers can read it. Changing it changes every public ID.",
+        &PUBLIC_ID_KEY,
+        GucContext::Suset,
+        GucFlags::SUPERUSER_ONLY,
+    );
 }
 
 /// The epoch as Unix milliseconds, read once per process.
@@ -66,6 +75,11 @@ fn configured_epoch() -> Option<String> {
         let p = pg_sys::GetConfigOption(EPOCH_NAME.as_ptr(), true, false);
         (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
     }
+}
+
+/// The public-ID key, if set.
+pub fn public_id_key() -> Option<String> {
+    PUBLIC_ID_KEY.get().map(|k| k.to_string_lossy().into_owned()).filter(|k| !k.is_empty())
 }
 
 pub fn max_clock_lead_ms() -> i64 {
