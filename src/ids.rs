@@ -4,7 +4,7 @@ use pgrx::prelude::*;
 
 use crate::errors::{IdError, OrRaise};
 use crate::generator::{self, TickFormat};
-use crate::layout::{self, Parts, Shard, MAX_MS, SEQ_BITS};
+use crate::layout::{self, Parts, Placed, Shard, MAX_MS, SEQ_BITS};
 use crate::durable::{self, DbReservation};
 use crate::{clock, settings, shared};
 
@@ -95,6 +95,26 @@ fn id_upper_bound(ts: TimestampWithTimeZone) -> i64 {
     layout::upper_bound(ms_of(ts)).or_raise()
 }
 
+/// `id_lower_bound` for any time: 0 before the epoch, the largest ID past the range.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_lower_bound_clamped(ts: TimestampWithTimeZone) -> i64 {
+    match layout::place_timestamptz(ts.into(), settings::epoch_unix_ms()) {
+        Placed::Before => 0,
+        Placed::Within(ms) => layout::lower_bound(ms).or_raise(),
+        Placed::After => i64::MAX,
+    }
+}
+
+/// `id_upper_bound` for any time: -1 (below every ID) before the epoch, the largest ID past the range.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_upper_bound_clamped(ts: TimestampWithTimeZone) -> i64 {
+    match layout::place_timestamptz(ts.into(), settings::epoch_unix_ms()) {
+        Placed::Before => -1,
+        Placed::Within(ms) => layout::upper_bound(ms).or_raise(),
+        Placed::After => i64::MAX,
+    }
+}
+
 /// The instant IDs count from (`pg_idgen.epoch`).
 #[pg_extern(stable, parallel_safe, strict)]
 fn id_epoch() -> TimestampWithTimeZone {
@@ -116,7 +136,7 @@ COMMENT ON FUNCTION id_decode(bigint) IS 'The time, logical shard and sequence n
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
-    use crate::testing::{one, sqlstate};
+    use crate::testing::{explain, one, sqlstate};
     use pgrx::prelude::*;
 
     #[pg_test]
@@ -247,13 +267,7 @@ mod tests {
         );
         assert_eq!(in_range, 3000);
         Spi::run("SET enable_seqscan = off").unwrap();
-        let explained = Spi::connect(|c| {
-            c.select("EXPLAIN (COSTS OFF) SELECT * FROM ev WHERE id BETWEEN id_lower_bound(now()) AND id_upper_bound(now())", None, &[])
-                .unwrap()
-                .map(|r| r.get::<String>(1).unwrap().unwrap())
-                .collect::<Vec<_>>()
-                .join("\n")
-        });
+        let explained = explain("SELECT * FROM ev WHERE id BETWEEN id_lower_bound(now()) AND id_upper_bound(now())");
         assert!(explained.contains("Index Cond: ((id >= "), "{explained}");
     }
 
@@ -262,12 +276,12 @@ mod tests {
         let rows: String = one(
             "SELECT string_agg(proname || ':' || provolatile::text || proparallel::text || proisstrict::text, ' ' ORDER BY proname)
                FROM pg_proc WHERE proname IN ('next_shard_id','id_ts','id_shard','id_seq','id_decode',
-                 'id_from_parts','id_lower_bound','id_upper_bound','id_epoch')",
+                 'id_from_parts','id_lower_bound','id_upper_bound','id_lower_bound_clamped','id_upper_bound_clamped','id_epoch')",
         );
         assert_eq!(
             rows,
-            "id_decode:istrue id_epoch:sstrue id_from_parts:istrue id_lower_bound:istrue id_seq:istrue \
-             id_shard:istrue id_ts:istrue id_upper_bound:istrue next_shard_id:vutrue"
+            "id_decode:istrue id_epoch:sstrue id_from_parts:istrue id_lower_bound:istrue id_lower_bound_clamped:istrue \
+             id_seq:istrue id_shard:istrue id_ts:istrue id_upper_bound:istrue id_upper_bound_clamped:istrue next_shard_id:vutrue"
         );
     }
 

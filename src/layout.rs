@@ -101,12 +101,29 @@ pub fn ms_of_timestamptz(ts_us: i64, epoch_unix_ms: i64) -> Result<i64, IdError>
     if ts_us == i64::MIN || ts_us == i64::MAX {
         return Err(IdError::TimeOutOfRange);
     }
-    let unix_ms = (ts_us + PG_EPOCH_UNIX_US).div_euclid(1000);
+    let unix_ms = ts_us.saturating_add(PG_EPOCH_UNIX_US).div_euclid(1000);
     let ms = unix_ms - epoch_unix_ms;
     if (0..=MAX_MS).contains(&ms) {
         Ok(ms)
     } else {
         Err(IdError::TimeOutOfRange)
+    }
+}
+
+/// Where a `timestamptz` falls against the range IDs carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    Before,
+    Within(i64),
+    After,
+}
+
+/// The epoch-relative millisecond of a `timestamptz`, or which side of the range it lies on.
+pub fn place_timestamptz(ts_us: i64, epoch_unix_ms: i64) -> Placed {
+    match ms_of_timestamptz(ts_us, epoch_unix_ms) {
+        Ok(ms) => Placed::Within(ms),
+        Err(_) if ts_us < timestamptz_of_ms(0, epoch_unix_ms) => Placed::Before,
+        Err(_) => Placed::After,
     }
 }
 
@@ -117,7 +134,7 @@ pub fn timestamptz_of_ms(ms: i64, epoch_unix_ms: i64) -> i64 {
 
 /// Unix milliseconds of a `timestamptz` value (for callers that need Unix time).
 pub fn unix_ms_of_timestamptz(ts_us: i64) -> i64 {
-    (ts_us + PG_EPOCH_UNIX_US).div_euclid(1000)
+    ts_us.saturating_add(PG_EPOCH_UNIX_US).div_euclid(1000)
 }
 
 /// Parses the epoch setting: `YYYY-MM-DD`, optionally followed by
@@ -242,9 +259,23 @@ mod tests {
         assert_eq!(ms_of_timestamptz(ts - 2000, epoch), Err(IdError::TimeOutOfRange));
         assert_eq!(ms_of_timestamptz(i64::MAX, epoch), Err(IdError::TimeOutOfRange));
         assert_eq!(ms_of_timestamptz(i64::MIN, epoch), Err(IdError::TimeOutOfRange));
+        // The latest finite timestamptz (294276 AD) does not overflow.
+        assert_eq!(ms_of_timestamptz(9_223_371_331_199_999_999, epoch), Err(IdError::TimeOutOfRange));
+        assert!(unix_ms_of_timestamptz(i64::MAX) > 0);
         let last = timestamptz_of_ms(MAX_MS, epoch);
         assert_eq!(ms_of_timestamptz(last + 999, epoch), Ok(MAX_MS));
         assert_eq!(ms_of_timestamptz(last + 1000, epoch), Err(IdError::TimeOutOfRange));
+    }
+
+    #[test]
+    fn timestamps_are_placed_against_the_range() {
+        let epoch = parse_epoch("2026-01-01").unwrap();
+        let start = timestamptz_of_ms(0, epoch);
+        assert_eq!(place_timestamptz(start - 1, epoch), Placed::Before);
+        assert_eq!(place_timestamptz(i64::MIN, epoch), Placed::Before);
+        assert_eq!(place_timestamptz(start, epoch), Placed::Within(0));
+        assert_eq!(place_timestamptz(timestamptz_of_ms(MAX_MS, epoch) + 1000, epoch), Placed::After);
+        assert_eq!(place_timestamptz(i64::MAX, epoch), Placed::After);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod errors;
 mod generator;
 mod ids;
 mod layout;
+mod planner;
 mod public;
 mod random;
 mod schemas;
@@ -31,6 +32,7 @@ pub extern "C-unwind" fn _PG_init() {
     let preloading = shared::preloading();
     if preloading {
         shared::init();
+        planner::init();
     }
     settings::register(preloading);
 }

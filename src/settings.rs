@@ -16,6 +16,7 @@ static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(S
 static EPOCH_UNIX_MS: OnceCell<i64> = OnceCell::new();
 static MAX_CLOCK_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 static PUBLIC_ID_KEY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// Defines the settings. The epoch is a postmaster-level setting, which
 /// PostgreSQL only allows a library to define while it is preloaded.
@@ -42,6 +43,14 @@ pub fn register(preloading: bool) {
         86_400_000,
         GucContext::Suset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_idgen.rewrite_time_filters",
+        c"Turns comparisons of id_ts() and uuid_v7_ts() with a time into primary-key ranges.",
+        c"Adds the implied key range to each such condition, so that an index on the key serves it.",
+        &REWRITE_TIME_FILTERS,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_string_guc(
         c"pg_idgen.public_id_key",
@@ -80,6 +89,10 @@ fn configured_epoch() -> Option<String> {
 /// The public-ID key, if set.
 pub fn public_id_key() -> Option<String> {
     PUBLIC_ID_KEY.get().map(|k| k.to_string_lossy().into_owned()).filter(|k| !k.is_empty())
+}
+
+pub fn rewrite_time_filters() -> bool {
+    REWRITE_TIME_FILTERS.get()
 }
 
 pub fn max_clock_lead_ms() -> i64 {

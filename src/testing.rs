@@ -23,3 +23,14 @@ fn create_sqlstate_of() {
     )
     .unwrap();
 }
+
+/// The text of `EXPLAIN (COSTS OFF) sql`, one line per plan line.
+pub fn explain(sql: &str) -> String {
+    Spi::connect(|c| {
+        c.select(&format!("EXPLAIN (COSTS OFF) {sql}"), None, &[])
+            .unwrap()
+            .map(|row| row.get::<String>(1).unwrap().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}

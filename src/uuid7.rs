@@ -116,6 +116,32 @@ fn uuid_v7_upper_bound(ts: TimestampWithTimeZone) -> pgrx::Uuid {
     from_tick(tick | 0xfff, u64::MAX)
 }
 
+/// `uuid_v7_lower_bound` for any time: the nil UUID before 1970, the max UUID past the 48-bit range.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn uuid_v7_lower_bound_clamped(ts: TimestampWithTimeZone) -> pgrx::Uuid {
+    match unix_us_of(ts).and_then(tick_of_unix_us) {
+        Ok(tick) => from_tick(tick >> RAND_A_BITS << RAND_A_BITS, 0),
+        Err(_) => clamp_side(ts),
+    }
+}
+
+/// `uuid_v7_upper_bound` for any time: the nil UUID before 1970, the max UUID past the 48-bit range.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn uuid_v7_upper_bound_clamped(ts: TimestampWithTimeZone) -> pgrx::Uuid {
+    match unix_us_of(ts).and_then(tick_of_unix_us) {
+        Ok(tick) => from_tick(tick | 0xfff, u64::MAX),
+        Err(_) => clamp_side(ts),
+    }
+}
+
+fn clamp_side(ts: TimestampWithTimeZone) -> pgrx::Uuid {
+    if ts.is_neg_infinity() || layout::unix_ms_of_timestamptz(ts.into()) < 0 {
+        pgrx::Uuid::from_bytes([0; 16])
+    } else {
+        pgrx::Uuid::from_bytes([0xff; 16])
+    }
+}
+
 #[cfg(test)]
 mod unit {
     use super::*;
@@ -232,7 +258,8 @@ mod tests {
         assert_eq!(
             rows,
             "uuid_v7():vu uuid_v7(timestamp with time zone):vs uuid_v7_lower_bound(timestamp with time zone):is \
-             uuid_v7_ts(uuid):is uuid_v7_upper_bound(timestamp with time zone):is"
+             uuid_v7_lower_bound_clamped(timestamp with time zone):is uuid_v7_ts(uuid):is \
+             uuid_v7_upper_bound(timestamp with time zone):is uuid_v7_upper_bound_clamped(timestamp with time zone):is"
         );
     }
 }
