@@ -82,9 +82,11 @@ impl Reservation for DbReservation {
 
 /// The persisted mark of the current database (Unix ms), read as the superuser.
 pub fn persisted_ms() -> i64 {
-    as_superuser(|| {
-        Spi::get_one::<i64>(&format!("SELECT last_value FROM {}", catalog::qualified(SEQUENCE))).or_raise().unwrap_or(0)
-    })
+    as_superuser(read_mark)
+}
+
+fn read_mark() -> i64 {
+    catalog::query_one(&format!("SELECT last_value FROM {}", catalog::qualified(SEQUENCE)), &[]).unwrap_or(0)
 }
 
 /// Runs `f` with the bootstrap superuser's rights: the sequence is the
@@ -110,11 +112,8 @@ fn as_superuser<T>(f: impl FnOnce() -> T) -> T {
 
 /// Extends the current database's reservation to cover Unix millisecond `need_ms`.
 fn extend(mark: &DbMark, need_ms: i64) {
-    let seq = as_superuser(|| {
-        Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[catalog::qualified(SEQUENCE).into()])
-            .or_raise()
-            .unwrap_or(pg_sys::InvalidOid)
-    });
+    let seq = catalog::query_one("SELECT to_regclass($1)::oid", &[catalog::qualified(SEQUENCE).into()])
+        .unwrap_or(pg_sys::InvalidOid);
     // One extension at a time per database; interruptible and seen by the
     // deadlock detector, and released as soon as the mark is written.
     // SAFETY: a heavyweight lock on the extension's sequence, released below
@@ -128,8 +127,7 @@ fn extend(mark: &DbMark, need_ms: i64) {
 }
 
 fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
-    let persisted =
-        Spi::get_one::<i64>(&format!("SELECT last_value FROM {}", catalog::qualified(SEQUENCE))).or_raise().unwrap_or(0);
+    let persisted = read_mark();
     if mark.reserved_ms.load(Ordering::Acquire) == 0 {
         raise_floor(persisted);
     }

@@ -25,7 +25,7 @@ use pgrx::pg_sys::{self, Node, NodeTag, Oid};
 use pgrx::prelude::*;
 use pgrx::PgList;
 
-use crate::settings;
+use crate::{catalog, settings};
 
 /// The catalog objects the rewrite uses, per database.
 #[derive(Clone, Copy)]
@@ -107,18 +107,13 @@ fn oids() -> Option<Oids> {
     if LOOKING_UP.with(|l| *l.borrow()) {
         return None; // the lookup's own query
     }
-    let cached = CACHE.with(|c| *c.borrow());
-    let found = match cached {
+    match CACHE.with(|c| *c.borrow()) {
         Cache::Present(oids) => return Some(oids),
         Cache::Absent => return None,
-        Cache::Unknown => {
-            LOOKING_UP.with(|l| *l.borrow_mut() = true);
-            let found = PgTryBuilder::new(look_up)
-                .finally(|| LOOKING_UP.with(|l| *l.borrow_mut() = false))
-                .execute();
-            found.map_or(Cache::Absent, Cache::Present)
-        }
-    };
+        Cache::Unknown => {}
+    }
+    LOOKING_UP.with(|l| *l.borrow_mut() = true);
+    let found = PgTryBuilder::new(look_up).finally(|| LOOKING_UP.with(|l| *l.borrow_mut() = false)).execute();
     // SAFETY: registers a callback that only resets this backend's cache; once per process.
     unsafe {
         if !CALLBACK_REGISTERED {
@@ -126,14 +121,18 @@ fn oids() -> Option<Oids> {
             pg_sys::CacheRegisterSyscacheCallback(pg_sys::SysCacheIdentifier::PROCOID as i32, Some(forget), 0.into());
         }
     }
-    CACHE.with(|c| *c.borrow_mut() = found);
+    // While CREATE EXTENSION runs, some objects exist and some do not yet: look again next time.
+    if let Some(found) = found {
+        CACHE.with(|c| *c.borrow_mut() = found);
+    }
     match found {
-        Cache::Present(oids) => Some(oids),
+        Some(Cache::Present(oids)) => Some(oids),
         _ => None,
     }
 }
 
-fn look_up() -> Option<Oids> {
+/// Present, Absent (no extension here), or None while the extension is incomplete.
+fn look_up() -> Option<Cache> {
     let sql = "
         WITH e AS (SELECT quote_ident(extnamespace::regnamespace::text) || '.' AS s FROM pg_extension WHERE extname = 'pg_idgen')
         SELECT ARRAY[
@@ -149,10 +148,18 @@ fn look_up() -> Option<Oids> {
             to_regprocedure(s || 'uuid_v7_lower_bound_clamped(timestamptz)')::oid,
             to_regprocedure(s || 'uuid_v7_upper_bound_clamped(timestamptz)')::oid]
         FROM e";
-    let found = Spi::get_one::<Vec<Option<Oid>>>(sql).ok().flatten()?;
+    let Some(found) = catalog::query_one::<Vec<Option<Oid>>>(sql, &[]) else { return Some(Cache::Absent) };
     let o: Vec<Oid> = found.into_iter().collect::<Option<_>>()?;
     let family = |i: usize| Family { decode: o[i], key_type: o[i + 1], ge: o[i + 2], le: o[i + 3], lower: o[i + 4], upper: o[i + 5] };
-    Some(Oids { tstz_lt: o[0], tstz_le: o[1], tstz_eq: o[2], tstz_ge: o[3], tstz_gt: o[4], id: family(5), uuid: family(11) })
+    Some(Cache::Present(Oids {
+        tstz_lt: o[0],
+        tstz_le: o[1],
+        tstz_eq: o[2],
+        tstz_ge: o[3],
+        tstz_gt: o[4],
+        id: family(5),
+        uuid: family(11),
+    }))
 }
 
 /// Visits every query level (subqueries, CTEs, sublinks) and its WHERE and ON clauses.

@@ -142,11 +142,10 @@ fn quote_ident(name: &str) -> String {
 }
 
 fn check_shard_free(table: &str, shard: Shard) {
-    let holder = Spi::get_one_with_args::<String>(
-        &format!("SELECT (SELECT n.nspname::text FROM {table} r JOIN pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1)"),
+    let holder: Option<String> = catalog::query_one(
+        &format!("SELECT n.nspname::text FROM {table} r JOIN pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1"),
         &[(shard.index() as i32).into()],
-    )
-    .or_raise();
+    );
     if let Some(schema) = holder {
         IdError::ShardTaken { shard: shard.index() as i32, schema }.raise()
     }
@@ -157,11 +156,8 @@ fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
     // Registrations queue behind each other, so the checks below stay true
     // until the insert; readers are not blocked.
     Spi::run(&format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")).or_raise();
-    let existing = Spi::get_one_with_args::<i32>(
-        &format!("SELECT (SELECT shard FROM {table} WHERE schema_oid = $1)"),
-        &[oid.into()],
-    )
-    .or_raise();
+    let existing: Option<i32> =
+        catalog::query_one(&format!("SELECT shard FROM {table} WHERE schema_oid = $1"), &[oid.into()]);
     if let Some(shard) = existing {
         IdError::SchemaAlreadyRegistered { schema: schema_name.into(), shard }.raise()
     }

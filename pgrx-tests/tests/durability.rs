@@ -123,6 +123,12 @@ fn standby_promoted_with_its_clock_thirty_minutes_behind() {
     }
     standby.set_clock("-1800s");
     assert_eq!(sqlstate(s.query_one("SELECT next_shard_id(3)", &[])), "25006", "a hot standby does not mint IDs");
+    // The replayed mark is readable there, and covers what the primary handed out.
+    let covered: bool = s
+        .query_one("SELECT persisted_mark >= id_ts($1) FROM id_generator_server_status()", &[&top.id])
+        .unwrap()
+        .get(0);
+    assert!(covered, "the standby's mark covers the primary's last ID");
     drop(p);
     primary.stop("immediate");
     standby.promote();
