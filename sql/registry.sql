@@ -15,7 +15,7 @@ GRANT SELECT ON shard_schema_registry, shard_schemas TO PUBLIC;
 
 CREATE TRIGGER shard_schema_registry_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON shard_schema_registry
-    FOR EACH STATEMENT EXECUTE FUNCTION shard_schema_registry_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_table_changed();
 
 -- A dropped schema leaves the registry with it, so that its shard is free
 -- again and a new schema of the same name does not inherit it.

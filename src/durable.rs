@@ -66,6 +66,14 @@ impl DbReservation {
     pub fn reserved_until_ms(&self) -> i64 {
         self.mark.reserved_ms.load(Ordering::Acquire)
     }
+
+    /// Loads the database's persisted mark, if not yet done since the server
+    /// started, raising every generator above it.
+    pub fn ensure_loaded(&self) {
+        if self.reserved_until_ms() == 0 {
+            extend(self.mark, clock::unix_us().div_euclid(1000));
+        }
+    }
 }
 
 impl Reservation for DbReservation {

@@ -18,6 +18,16 @@ pub enum IdError {
     /// Minting would put an ID's time further ahead of the clock than allowed.
     ClockBehind { shard: Option<i32>, ahead_ms: i64, max_lead_ms: i64 },
     NotPreloaded,
+    /// The shard is not (or no longer) owned by this server.
+    ShardNotOwned(i32),
+    /// The shard was released to another server (its shard number, once known).
+    ShardReleased(Option<i32>),
+    /// `shard_claim` of a shard this server released: it must be adopted.
+    ShardWasReleased(i32),
+    ShardRangeInvalid { first: i32, last: i32 },
+    ShardsOverlap { first: i32, last: i32, held_first: i32, held_last: i32 },
+    AlreadyOwned(i32),
+    ForeignId { id: i64, id_shard: i32, shard: i32 },
     /// Minting in a read-only transaction (or on a hot standby).
     ReadOnly(&'static str),
     TooManyDatabases(usize),
@@ -49,6 +59,11 @@ impl IdError {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             TimeOutOfRange | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
             ClockBehind { .. } | NotPreloaded => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            ShardRangeInvalid { .. } | ForeignId { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            ShardsOverlap { .. } => ERRCODE_UNIQUE_VIOLATION,
             ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             TooManyDatabases(_) => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             InvalidEpoch(_) | PublicKeyInvalid => ERRCODE_INVALID_PARAMETER_VALUE,
@@ -98,6 +113,34 @@ impl IdError {
                 None,
                 Some("Add pg_idgen to shared_preload_libraries in postgresql.conf and restart the server.".into()),
             ),
+            ShardNotOwned(s) => (
+                format!("shard {s} is not claimed on this server"),
+                Some("This server has shard claims, and mints only for the shards it claims.".into()),
+                Some(format!("Claim it with SELECT shard_claim({s}, {s}), or take it over with shard_adopt({s}, <ID returned by shard_release({s}) on its owner>).")),
+            ),
+            ShardReleased(s) => (
+                match s {
+                    Some(s) => format!("shard {s} was released to another server"),
+                    None => "the shard was released to another server".into(),
+                },
+                None,
+                Some("Mint for it on the server that adopted it.".into()),
+            ),
+            ShardWasReleased(s) => (
+                format!("shard {s} was released from this server and cannot be claimed again"),
+                None,
+                Some(format!("Take it back with shard_adopt({s}, <ID returned by shard_release({s}) on its current owner>).")),
+            ),
+            ShardRangeInvalid { first, last } => (format!("first shard {first} is after last shard {last}"), None, None),
+            ShardsOverlap { first, last, held_first, held_last } => (
+                format!("shards {first} to {last} overlap the claim of shards {held_first} to {held_last} on this server"),
+                None,
+                None,
+            ),
+            AlreadyOwned(s) => (format!("shard {s} is already claimed on this server"), None, None),
+            ForeignId { id, id_shard, shard } => {
+                (format!("ID {id} belongs to shard {id_shard}, not to shard {shard}"), None, None)
+            }
             ReadOnly(f) => (
                 format!("cannot execute {f}() in a read-only transaction"),
                 Some("Minting may write the persisted high-water mark, as nextval() writes its sequence.".into()),

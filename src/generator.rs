@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::errors::IdError;
 
+/// The state of a generator whose shard was released to another server:
+/// nothing more is handed out from it.
+pub const RETIRED: u64 = u64::MAX;
+
 /// How ticks are laid out for one kind of value.
 #[derive(Clone, Copy, Debug)]
 pub struct TickFormat {
@@ -100,6 +104,9 @@ pub fn raise_floor(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
 /// further beyond it is an error. It never goes back.
 #[inline]
 pub fn step(last: u64, now: u64, fmt: TickFormat, max_lead_ms: i64) -> Result<Step, IdError> {
+    if last == RETIRED {
+        return Err(IdError::ShardReleased(None));
+    }
     let next = last.saturating_add(1).max(now);
     let next_ms = (next >> fmt.bits) as i64;
     if next_ms > fmt.max_ms {
@@ -209,6 +216,14 @@ mod tests {
         );
         // A little past the lead: wait for the clock instead.
         assert_eq!(step(t(10_000, 3), t(8_500, 0), FMT, 1_000), Ok(Step::Wait(500)));
+    }
+
+    #[test]
+    fn a_retired_generator_hands_out_nothing() {
+        assert_eq!(step(RETIRED, t(5, 0), FMT, 10), Err(IdError::ShardReleased(None)));
+        let cell = AtomicU64::new(RETIRED);
+        raise_floor(&cell, FMT, 1_000);
+        assert_eq!(cell.load(Ordering::Relaxed), RETIRED, "a recovered floor does not revive it");
     }
 
     #[test]

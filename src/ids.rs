@@ -6,7 +6,7 @@ use crate::errors::{IdError, OrRaise};
 use crate::generator::{self, TickFormat};
 use crate::layout::{self, Parts, Placed, Shard, MAX_MS, SEQ_BITS};
 use crate::durable::{self, DbReservation};
-use crate::{clock, settings, shared};
+use crate::{clock, ownership, settings, shared};
 
 pub const TICKS: TickFormat = TickFormat { bits: SEQ_BITS, max_ms: MAX_MS };
 
@@ -26,6 +26,7 @@ fn now_tick() -> Result<u64, IdError> {
 pub fn mint(shard: Shard, function: &'static str) -> i64 {
     let slot = &shared::state().or_raise().shards[shard.index()];
     durable::check_writable(function);
+    ownership::check(shard).or_raise();
     let reservation = DbReservation::current(settings::epoch_unix_ms());
     let minted =
         generator::mint(&slot.last, TICKS, settings::max_clock_lead_ms(), &reservation, now_tick, clock::sleep_ms)
@@ -33,6 +34,7 @@ pub fn mint(shard: Shard, function: &'static str) -> i64 {
             IdError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
                 IdError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
             }
+            IdError::ShardReleased(None) => IdError::ShardReleased(Some(shard.index() as i32)),
             e => e,
         })
             .or_raise();

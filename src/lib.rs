@@ -14,6 +14,7 @@ mod errors;
 mod generator;
 mod ids;
 mod layout;
+mod ownership;
 mod planner;
 mod public;
 mod random;

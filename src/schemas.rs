@@ -10,7 +10,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgrx::prelude::*;
 
@@ -18,37 +17,17 @@ use crate::errors::{IdError, OrRaise};
 use crate::{catalog, ids};
 use crate::layout::Shard;
 
-extension_sql_file!("../sql/registry.sql", name = "registry", requires = [shard_schema_registry_changed]);
+extension_sql_file!("../sql/registry.sql", name = "registry", requires = [catalog::pg_idgen_table_changed]);
+
+/// The backend's copy of the registry: name → shard, and the cache
+/// generation it was read at.
+struct Cached {
+    generation: u64,
+    map: HashMap<String, Shard>,
+}
 
 thread_local! {
-    static CACHE: RefCell<HashMap<String, Shard>> = RefCell::new(HashMap::new());
-}
-static CACHE_VALID: AtomicBool = AtomicBool::new(false);
-static CALLBACKS_REGISTERED: AtomicBool = AtomicBool::new(false);
-
-unsafe extern "C-unwind" fn invalidate_relcache(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
-    CACHE_VALID.store(false, Ordering::Relaxed);
-}
-
-unsafe extern "C-unwind" fn invalidate_syscache(_arg: pg_sys::Datum, _cacheid: i32, _hash: u32) {
-    CACHE_VALID.store(false, Ordering::Relaxed);
-}
-
-/// Registers the invalidation callbacks, once per backend. Any relcache
-/// invalidation clears the cache: they are rare, and a reload costs one query.
-fn register_callbacks() {
-    if !CALLBACKS_REGISTERED.swap(true, Ordering::Relaxed) {
-        // SAFETY: the callbacks only store to an atomic; registration happens
-        // once per process, within PostgreSQL's fixed number of slots.
-        unsafe {
-            pg_sys::CacheRegisterRelcacheCallback(Some(invalidate_relcache), pg_sys::Datum::from(0));
-            pg_sys::CacheRegisterSyscacheCallback(
-                pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
-                Some(invalidate_syscache),
-                pg_sys::Datum::from(0),
-            );
-        }
-    }
+    static CACHE: RefCell<Cached> = RefCell::new(Cached { generation: 0, map: HashMap::new() });
 }
 
 /// The schema's OID, or InvalidOid when there is no such schema.
@@ -63,16 +42,12 @@ fn registry_table() -> String {
     catalog::qualified("shard_schema_registry")
 }
 
-fn reload() {
-    register_callbacks();
-    // Mark valid before reading, so an invalidation that arrives during the
-    // read marks it invalid again.
-    CACHE_VALID.store(true, Ordering::Relaxed);
+fn load() -> HashMap<String, Shard> {
     let sql = format!(
         "SELECT n.nspname::text, r.shard FROM {} r JOIN pg_namespace n ON n.oid = r.schema_oid",
         registry_table()
     );
-    let map = Spi::connect(|c| -> Result<HashMap<String, Shard>, IdError> {
+    Spi::connect(|c| -> Result<HashMap<String, Shard>, IdError> {
         let mut map = HashMap::new();
         for row in c.select(&sql, None, &[])? {
             if let (Some(name), Some(shard)) = (row.get::<String>(1)?, row.get::<i32>(2)?) {
@@ -81,15 +56,20 @@ fn reload() {
         }
         Ok(map)
     })
-    .or_raise();
-    CACHE.with(|c| *c.borrow_mut() = map);
+    .or_raise()
 }
 
 fn cached(name: &str) -> Option<Shard> {
-    if !CACHE_VALID.load(Ordering::Relaxed) {
-        reload();
-    }
-    CACHE.with(|c| c.borrow().get(name).copied())
+    let generation = catalog::generation();
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.generation != generation {
+            // Read at the generation seen before reading: an invalidation
+            // that arrives meanwhile makes it stale again.
+            *c = Cached { generation, map: load() };
+        }
+        c.map.get(name).copied()
+    })
 }
 
 /// The shard registered for a schema.
@@ -98,8 +78,7 @@ fn shard_of(name: &str) -> Shard {
         return shard;
     }
     // A miss: make sure no registration committed since is left unseen.
-    // SAFETY: processes pending invalidation messages, as any lock acquisition does.
-    unsafe { pg_sys::AcceptInvalidationMessages() };
+    catalog::accept_invalidations();
     if let Some(shard) = cached(name) {
         return shard;
     }
@@ -152,6 +131,7 @@ fn check_shard_free(table: &str, shard: Shard) {
 }
 
 fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
+    crate::ownership::check(shard).or_raise();
     let table = registry_table();
     // Registrations queue behind each other, so the checks below stay true
     // until the insert; readers are not blocked.
@@ -167,18 +147,6 @@ fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
         &[oid.into(), (shard.index() as i32).into()],
     )
     .or_raise();
-}
-
-/// Sends a relcache invalidation for the registry table on every change, so
-/// that every backend drops its cached map at its next transaction.
-#[pg_trigger]
-fn shard_schema_registry_changed<'a>(
-    trigger: &'a PgTrigger<'a>,
-) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
-    let relid = trigger.relation()?.oid();
-    // SAFETY: queues an invalidation message for a relation that exists.
-    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
-    Ok(None)
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -154,6 +154,18 @@ impl Server {
         std::fs::write(&file.1, format!("{offset}\n")).unwrap();
     }
 
+    /// Waits (at most a minute) until this standby has replayed everything
+    /// `primary` has written so far.
+    pub fn wait_for_replay(&self, primary: &Server) {
+        let lsn: String = primary.client().query_one("SELECT pg_current_wal_lsn()::text", &[]).unwrap().get(0);
+        let mut c = self.client();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !c.query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn]).unwrap().get::<_, bool>(0) {
+            assert!(Instant::now() < deadline, "the standby did not replay {lsn}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Promotes a standby and waits until it accepts writes.
     pub fn promote(&self) {
         check("pg_ctl promote", Ok(self.pg_ctl(&["promote"])));
