@@ -11,10 +11,13 @@ pub fn unix_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
-/// Sleeps about `ms` milliseconds, answering cancel requests.
+/// Sleeps until the clock has moved on by `ms` milliseconds (reaching the
+/// start of the millisecond `ms` after the current one), answering cancel
+/// requests.
 pub fn sleep_ms(ms: i64) {
     check_for_interrupts!();
+    let to_next_ms = 1000 - unix_us().rem_euclid(1000);
     // SAFETY: pg_usleep only sleeps the calling process.
-    unsafe { pg_sys::pg_usleep(ms.clamp(0, 1000) * 1000) };
+    unsafe { pg_sys::pg_usleep((ms.clamp(1, 1000) - 1) * 1000 + to_next_ms) };
     check_for_interrupts!();
 }

@@ -11,11 +11,11 @@
 //! After a server start, the first extension in each database loads M and
 //! raises every generator above it, whatever the clock says.
 
-use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 
+use crate::backend::BackendLocal;
 use crate::errors::{IdError, OrRaise};
 use crate::generator::{self, Reservation};
 use crate::shared::{self, DbMark};
@@ -37,9 +37,7 @@ SELECT pg_catalog.pg_extension_config_dump('pg_idgen_hwm', '');
     name = "hwm_sequence"
 );
 
-thread_local! {
-    static MY_MARK: Cell<Option<&'static DbMark>> = const { Cell::new(None) };
-}
+static MY_MARK: BackendLocal<Option<&'static DbMark>> = BackendLocal::new(None);
 
 /// The reservation of the current database, for a generator whose
 /// milliseconds are `offset_ms` behind Unix milliseconds.
@@ -50,16 +48,16 @@ pub struct DbReservation {
 
 impl DbReservation {
     pub fn current(offset_ms: i64) -> DbReservation {
-        let mark = MY_MARK.with(|m| match m.get() {
+        let mark = match MY_MARK.get() {
             Some(mark) => mark,
             None => {
                 // SAFETY: MyDatabaseId is set once a backend has connected.
                 let dboid = unsafe { pg_sys::MyDatabaseId }.to_u32();
                 let mark = shared::state().and_then(|s| s.mark_of(dboid)).or_raise();
-                m.set(Some(mark));
+                MY_MARK.set(Some(mark));
                 mark
             }
-        });
+        };
         DbReservation { mark, offset_ms }
     }
 

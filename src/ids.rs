@@ -50,7 +50,8 @@ fn parts_of(id: i64) -> Parts {
     layout::decompose(id).or_raise()
 }
 
-fn timestamptz(us: i64) -> TimestampWithTimeZone {
+/// A `timestamptz` from PostgreSQL microseconds.
+pub fn timestamptz(us: i64) -> TimestampWithTimeZone {
     // Every millisecond IDs can carry is a valid timestamptz.
     TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
 }

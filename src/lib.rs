@@ -7,6 +7,7 @@
 
 use pgrx::prelude::*;
 
+mod backend;
 mod catalog;
 mod clock;
 mod durable;

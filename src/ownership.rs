@@ -10,12 +10,12 @@
 //! goes into the persisted high-water mark). Ownership is recorded in tables,
 //! so it survives restarts and replicates to standbys.
 
-use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 use pgrx::{register_xact_callback, PgXactCallbackEvent};
 
+use crate::backend::BackendLocal;
 use crate::durable::{self, DbReservation};
 use crate::errors::{IdError, OrRaise};
 use crate::generator::{Reservation, RETIRED};
@@ -33,9 +33,7 @@ struct Owned {
     shards: Option<Box<[u64; WORDS]>>,
 }
 
-thread_local! {
-    static OWNED: RefCell<Owned> = const { RefCell::new(Owned { generation: 0, shards: None }) };
-}
+static OWNED: BackendLocal<Owned> = BackendLocal::new(Owned { generation: 0, shards: None });
 
 fn table(name: &str) -> String {
     catalog::qualified(name)
@@ -65,13 +63,11 @@ fn load() -> Option<Box<[u64; WORDS]>> {
 
 fn owns_cached(shard: Shard) -> bool {
     let generation = catalog::generation();
-    OWNED.with(|o| {
-        let mut o = o.borrow_mut();
-        if o.generation != generation {
-            *o = Owned { generation, shards: load() };
-        }
-        o.shards.as_ref().is_none_or(|bits| bits[shard.index() / 64] & (1 << (shard.index() % 64)) != 0)
-    })
+    let mut o = OWNED.borrow_mut();
+    if o.generation != generation {
+        *o = Owned { generation, shards: load() };
+    }
+    o.shards.as_ref().is_none_or(|bits| bits[shard.index() / 64] & (1 << (shard.index() % 64)) != 0)
 }
 
 /// Whether this server mints for `shard`.

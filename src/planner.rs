@@ -18,13 +18,13 @@
 //! volatile functions and subqueries (constants, parameters, `now()`, other
 //! columns). `pg_idgen.rewrite_time_filters = off` turns it off.
 
-use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
 
 use pgrx::pg_sys::{self, Node, NodeTag, Oid};
 use pgrx::prelude::*;
 use pgrx::PgList;
 
+use crate::backend::BackendLocal;
 use crate::{catalog, settings};
 
 /// The catalog objects the rewrite uses, per database.
@@ -58,10 +58,8 @@ enum Cache {
     Present(Oids),
 }
 
-thread_local! {
-    static CACHE: RefCell<Cache> = const { RefCell::new(Cache::Unknown) };
-    static LOOKING_UP: RefCell<bool> = const { RefCell::new(false) };
-}
+static CACHE: BackendLocal<Cache> = BackendLocal::new(Cache::Unknown);
+static LOOKING_UP: BackendLocal<bool> = BackendLocal::new(false);
 
 static mut PREV_PLANNER: pg_sys::planner_hook_type = None;
 static mut CALLBACK_REGISTERED: bool = false;
@@ -98,22 +96,22 @@ unsafe extern "C-unwind" fn planner(
 }
 
 unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, _cacheid: c_int, _hash: u32) {
-    CACHE.with(|c| *c.borrow_mut() = Cache::Unknown);
+    CACHE.set(Cache::Unknown);
 }
 
 /// The objects of this database, looked up once (again after any change to
 /// pg_proc, such as CREATE or DROP EXTENSION).
 fn oids() -> Option<Oids> {
-    if LOOKING_UP.with(|l| *l.borrow()) {
+    if LOOKING_UP.get() {
         return None; // the lookup's own query
     }
-    match CACHE.with(|c| *c.borrow()) {
+    match CACHE.get() {
         Cache::Present(oids) => return Some(oids),
         Cache::Absent => return None,
         Cache::Unknown => {}
     }
-    LOOKING_UP.with(|l| *l.borrow_mut() = true);
-    let found = PgTryBuilder::new(look_up).finally(|| LOOKING_UP.with(|l| *l.borrow_mut() = false)).execute();
+    LOOKING_UP.set(true);
+    let found = PgTryBuilder::new(look_up).finally(|| LOOKING_UP.set(false)).execute();
     // SAFETY: registers a callback that only resets this backend's cache; once per process.
     unsafe {
         if !CALLBACK_REGISTERED {
@@ -123,7 +121,7 @@ fn oids() -> Option<Oids> {
     }
     // While CREATE EXTENSION runs, some objects exist and some do not yet: look again next time.
     if let Some(found) = found {
-        CACHE.with(|c| *c.borrow_mut() = found);
+        CACHE.set(found);
     }
     match found {
         Some(Cache::Present(oids)) => Some(oids),

@@ -4,35 +4,30 @@
 //! generator seeded under another process ID (a fork) reseeds, so no two
 //! backends can share a random stream.
 
-use std::cell::RefCell;
-
 use pgrx::pg_sys;
 
+use crate::backend::BackendLocal;
 use crate::errors::{IdError, OrRaise};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-thread_local! {
-    static RNG: RefCell<Option<(i32, ChaCha20Rng)>> = const { RefCell::new(None) };
-}
+static RNG: BackendLocal<Option<(i32, ChaCha20Rng)>> = BackendLocal::new(None);
 
 /// 64 random bits.
 #[inline]
 pub fn next_u64() -> u64 {
     // SAFETY: MyProcPid is set by PostgreSQL in every process at start-up.
     let pid = unsafe { pg_sys::MyProcPid };
-    RNG.with(|cell| {
-        let mut rng = cell.borrow_mut();
-        match rng.as_mut() {
-            Some((seeded_pid, r)) if *seeded_pid == pid => r.next_u64(),
-            _ => {
-                let mut r = ChaCha20Rng::try_from_os_rng()
-                    .map_err(|e| IdError::Internal(format!("could not seed the random generator: {e}")))
-                    .or_raise();
-                let v = r.next_u64();
-                *rng = Some((pid, r));
-                v
-            }
+    let mut rng = RNG.borrow_mut();
+    match rng.as_mut() {
+        Some((seeded_pid, r)) if *seeded_pid == pid => r.next_u64(),
+        _ => {
+            let mut r = ChaCha20Rng::try_from_os_rng()
+                .map_err(|e| IdError::Internal(format!("could not seed the random generator: {e}")))
+                .or_raise();
+            let v = r.next_u64();
+            *rng = Some((pid, r));
+            v
         }
-    })
+    }
 }

@@ -7,13 +7,13 @@
 //! name → shard map; any change to the registry (through a trigger that
 //! sends a relcache invalidation) or to any schema clears it.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CString;
 
 use pgrx::prelude::*;
 
 use crate::errors::{IdError, OrRaise};
+use crate::backend::BackendLocal;
 use crate::{catalog, ids};
 use crate::layout::Shard;
 
@@ -24,11 +24,12 @@ extension_sql_file!("../sql/registry.sql", name = "registry", requires = [catalo
 struct Cached {
     generation: u64,
     map: HashMap<String, Shard>,
+    /// The last name looked up and its shard: a table's DEFAULT asks for the
+    /// same schema row after row, and comparing a few bytes beats hashing.
+    last: Option<(String, Shard)>,
 }
 
-thread_local! {
-    static CACHE: RefCell<Cached> = RefCell::new(Cached { generation: 0, map: HashMap::new() });
-}
+static CACHE: BackendLocal<Option<Cached>> = BackendLocal::new(None);
 
 /// The schema's OID, or InvalidOid when there is no such schema.
 fn schema_oid(name: &str) -> pg_sys::Oid {
@@ -61,15 +62,21 @@ fn load() -> HashMap<String, Shard> {
 
 fn cached(name: &str) -> Option<Shard> {
     let generation = catalog::generation();
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.generation != generation {
-            // Read at the generation seen before reading: an invalidation
-            // that arrives meanwhile makes it stale again.
-            *c = Cached { generation, map: load() };
+    let mut c = CACHE.borrow_mut();
+    if c.as_ref().is_none_or(|c| c.generation != generation) {
+        // Read at the generation seen before reading: an invalidation that
+        // arrives meanwhile makes it stale again.
+        *c = Some(Cached { generation, map: load(), last: None });
+    }
+    let c = c.as_mut()?;
+    match &c.last {
+        Some((last, shard)) if last == name => Some(*shard),
+        _ => {
+            let shard = c.map.get(name).copied()?;
+            c.last = Some((name.to_owned(), shard));
+            Some(shard)
         }
-        c.map.get(name).copied()
-    })
+    }
 }
 
 /// The shard registered for a schema.

@@ -17,6 +17,7 @@ static EPOCH_UNIX_MS: OnceCell<i64> = OnceCell::new();
 static MAX_CLOCK_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 static PUBLIC_ID_KEY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
+static TRACK_STATUS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// Defines the settings. The epoch is a postmaster-level setting, which
 /// PostgreSQL only allows a library to define while it is preloaded.
@@ -43,6 +44,14 @@ pub fn register(preloading: bool) {
         86_400_000,
         GucContext::Suset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_idgen.track_status",
+        c"Counts IDs, waits, borrowed milliseconds and clock regressions for the status functions.",
+        c"Costs one atomic increment per ID; the last ID and the lead are shown either way.",
+        &TRACK_STATUS,
+        GucContext::Suset,
+        GucFlags::default(),
     );
     GucRegistry::define_bool_guc(
         c"pg_idgen.rewrite_time_filters",
@@ -95,6 +104,16 @@ pub fn rewrite_time_filters() -> bool {
     REWRITE_TIME_FILTERS.get()
 }
 
+#[inline]
+pub fn track_status() -> bool {
+    // SAFETY: as in `max_clock_lead_ms`.
+    unsafe { *TRACK_STATUS.as_ptr() }
+}
+
+#[inline]
 pub fn max_clock_lead_ms() -> i64 {
-    MAX_CLOCK_LEAD_MS.get() as i64
+    // SAFETY: reads the setting's variable directly, on the backend's one
+    // thread; `GucSetting::get` would check the thread first at a cost the
+    // minting path feels.
+    (unsafe { *MAX_CLOCK_LEAD_MS.as_ptr() }) as i64
 }

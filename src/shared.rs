@@ -41,14 +41,20 @@ impl Slot {
         clock_regressions: AtomicU64::new(0),
     };
 
-    /// Counts one value handed out.
+    /// Counts one value handed out, unless `pg_idgen.track_status` is off.
     #[inline]
     pub fn record(&self, m: &Minted, fmt: TickFormat) {
+        if !crate::settings::track_status() {
+            return;
+        }
         self.minted.fetch_add(1, Ordering::Relaxed);
         let now_ms = m.now >> fmt.bits;
         let seen_ms = self.clock_seen.load(Ordering::Relaxed) >> fmt.bits;
         if now_ms > seen_ms {
-            self.clock_seen.fetch_max(m.now, Ordering::Relaxed);
+            // A plain store, not fetch_max: a race between two backends in
+            // the same millisecond can only blur a statistic, and a locked
+            // instruction here would cost every ID.
+            self.clock_seen.store(m.now, Ordering::Relaxed);
         } else if now_ms < seen_ms {
             self.clock_regressions.fetch_add(1, Ordering::Relaxed);
         }

@@ -5,17 +5,14 @@ use std::sync::atomic::Ordering;
 use pgrx::prelude::*;
 
 use crate::durable::{self, DbReservation};
-use crate::errors::{IdError, OrRaise};
+use crate::errors::OrRaise;
 use crate::generator::TickFormat;
 use crate::layout::{self, MAX_MS};
 use crate::shared::{self, Slot};
-use crate::{clock, ids, settings, uuid7};
+use crate::ids::{self, timestamptz};
+use crate::{clock, settings, uuid7};
 
 const MS_PER_YEAR: f64 = 365.25 * 86_400_000.0;
-
-fn timestamptz(us: i64) -> TimestampWithTimeZone {
-    TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
-}
 
 /// A slot's last value (epoch-relative ms, counter) and lead over the clock.
 fn last_and_lead(slot: &Slot, fmt: TickFormat, now_ms: i64) -> (i64, i32, i64) {
@@ -132,6 +129,16 @@ mod tests {
                FROM id_generator_server_status()",
         );
         assert_eq!(row, "true true true true true");
+    }
+
+    #[pg_test]
+    fn counters_stop_while_tracking_is_off_and_the_last_id_still_shows() {
+        Spi::run("SELECT next_shard_id(303)").unwrap();
+        Spi::run("SET pg_idgen.track_status = off").unwrap();
+        let last: i64 = one("SELECT max(next_shard_id(303)) FROM generate_series(1, 100)");
+        assert_eq!(one::<i64>("SELECT minted FROM id_generator_status() WHERE shard = 303"), 1);
+        assert_eq!(one::<i64>("SELECT id_from_parts(last_ts, 303, last_seq) FROM id_generator_status() WHERE shard = 303"), last);
+        assert_eq!(one::<String>("SELECT context FROM pg_settings WHERE name = 'pg_idgen.track_status'"), "superuser");
     }
 
     #[pg_test]
