@@ -1,6 +1,6 @@
 //! The wall clock as the generators read it, and how they wait for it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pgrx::{check_for_interrupts, pg_sys};
 
@@ -11,13 +11,25 @@ pub fn unix_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
-/// Sleeps until the clock has moved on by `ms` milliseconds (reaching the
-/// start of the millisecond `ms` after the current one), answering cancel
-/// requests.
+/// The last stretch of a wait is spent reading the clock rather than
+/// sleeping: a sleep overshoots by tens of microseconds, which a shard waiting
+/// for its next millisecond would lose of it.
+const SPIN_US: i64 = 150;
+
+/// Waits until the clock reaches the start of the millisecond `ms` after the
+/// current one, answering cancel requests. Bounded in time even when the
+/// clock does not move (the spin is timed by the monotonic clock).
 pub fn sleep_ms(ms: i64) {
     check_for_interrupts!();
-    let to_next_ms = 1000 - unix_us().rem_euclid(1000);
-    // SAFETY: pg_usleep only sleeps the calling process.
-    unsafe { pg_sys::pg_usleep((ms.clamp(1, 1000) - 1) * 1000 + to_next_ms) };
+    let now = unix_us();
+    let target = (now.div_euclid(1000) + ms.clamp(1, 1000)) * 1000;
+    if target - now > SPIN_US {
+        // SAFETY: pg_usleep only sleeps the calling process.
+        unsafe { pg_sys::pg_usleep(target - now - SPIN_US) };
+    }
+    let spin_until = Instant::now() + Duration::from_micros(2 * SPIN_US as u64);
+    while unix_us() < target && Instant::now() < spin_until {
+        std::hint::spin_loop();
+    }
     check_for_interrupts!();
 }

@@ -1,9 +1,12 @@
 //! pg_idgen: Instagram-style 64-bit IDs and RFC 9562 UUIDv7, minted inside PostgreSQL.
 //!
 //! Plain-Rust core: `layout` (the 64-bit arithmetic) and `generator` (the
-//! per-shard state machine). The pgrx layer: `settings` (GUCs), `shared`
-//! (shared memory), `clock`, `ids` (SQL functions), `schemas` (logical shards
-//! as schemas) and `errors` (every error and the one way to raise it).
+//! per-shard state machine). SQL functions: `ids` (64-bit IDs), `uuid7`,
+//! `schemas` (logical shards as schemas), `ownership` (claims and shard
+//! moves), `public` (text forms), `status`. Behind them: `durable` (the
+//! persisted high-water mark), `planner` (time filters as key ranges),
+//! `shared` (shared memory), `settings` (GUCs), `catalog`, `backend`,
+//! `clock`, `random`, and `errors` (every error and the one way to raise it).
 
 use pgrx::prelude::*;
 

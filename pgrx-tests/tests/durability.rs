@@ -146,3 +146,22 @@ fn beyond_the_lead_bound_minting_refuses_clearly() {
     server.set_clock("+0");
     mint(&mut c, 3, 5_000, Some(top));
 }
+
+#[test]
+fn an_unprivileged_role_writes_the_mark_with_the_first_id_after_a_start() {
+    let mut server = Server::start("minter", &[]);
+    server.client().batch_execute("CREATE ROLE minter").unwrap();
+    server.restart();
+    let mut c = server.client();
+    c.batch_execute("SET ROLE minter").unwrap();
+    let reserved: Option<String> =
+        c.query_one("SELECT reserved_until::text FROM id_generator_server_status()", &[]).unwrap().get(0);
+    assert_eq!(reserved, None, "nothing reserved since the start");
+    let id: i64 = c.query_one("SELECT next_shard_id(1)", &[]).unwrap().get(0);
+    let covered: bool = c
+        .query_one("SELECT persisted_mark >= id_ts($1) FROM id_generator_server_status()", &[&id])
+        .unwrap()
+        .get(0);
+    assert!(covered, "the mark on disk covers the first ID after the start");
+    assert_eq!(sqlstate(c.query_one("SELECT setval('pg_idgen_hwm', 1)", &[])), "42501");
+}
