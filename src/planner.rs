@@ -225,10 +225,9 @@ unsafe fn implied_ranges(clause: *mut Node, oids: &Oids) -> Vec<*mut Node> {
         }
         let op = &*(clause as *mut pg_sys::OpExpr);
         let args = PgList::<Node>::from_pg(op.args);
-        if args.len() != 2 {
+        let (2, Some(left), Some(right)) = (args.len(), args.get_ptr(0), args.get_ptr(1)) else {
             return vec![];
-        }
-        let (left, right) = (args.get_ptr(0).unwrap(), args.get_ptr(1).unwrap());
+        };
         // (lower bound wanted, upper bound wanted) for `decode(x) OP t`.
         let wanted = |commuted: bool| -> Option<(bool, bool)> {
             let (lt, gt) = if commuted { (oids.tstz_gt, oids.tstz_lt) } else { (oids.tstz_lt, oids.tstz_gt) };
@@ -274,7 +273,8 @@ unsafe fn decoded_key(node: *mut Node, oids: &Oids) -> Option<(Family, *mut Node
         let f = &*(node as *mut pg_sys::FuncExpr);
         let family = [oids.id, oids.uuid].into_iter().find(|fam| fam.decode == f.funcid)?;
         let args = PgList::<Node>::from_pg(f.args);
-        (args.len() == 1).then(|| (family, args.get_ptr(0).unwrap()))
+        let (1, Some(arg)) = (args.len(), args.get_ptr(0)) else { return None };
+        Some((family, arg))
     }
 }
 

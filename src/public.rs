@@ -53,7 +53,8 @@ impl Encoding {
             *slot = self.digits[(v % base) as usize];
             v /= base;
         }
-        String::from_utf8(out).expect("ASCII digits")
+        // The digit tables are ASCII, so each byte is one char.
+        out.into_iter().map(char::from).collect()
     }
 
     fn decode(&self, text: &str) -> Result<u64, IdError> {
