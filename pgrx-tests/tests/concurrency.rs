@@ -8,16 +8,16 @@ use pg_idgen_e2e::{decode, Server};
 
 const LEAD_MS: i64 = 10_000;
 
-/// One batch from one backend: the server clock (Unix ms) before and after,
-/// and the IDs in the order the backend minted them.
+/// One batch from one backend: the server clock (Unix ms, rounded down as IDs
+/// round it) before and after, and the IDs in the order the backend minted them.
 fn batch(c: &mut postgres::Client, sql_id: &str, n: i32) -> (i64, Vec<i64>, i64) {
     let row = c
         .query_one(
             &format!(
-                "WITH t0 AS MATERIALIZED (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
+                "WITH t0 AS MATERIALIZED (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
                       ids AS MATERIALIZED (SELECT n, {sql_id} AS id FROM generate_series(1, $1) n, t0)
                  SELECT (SELECT ms FROM t0), array_agg(id ORDER BY n),
-                        (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM ids"
+                        floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM ids"
             ),
             &[&n],
         )
