@@ -18,15 +18,20 @@ CREATE TRIGGER shard_schema_registry_changed
     FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_table_changed();
 
 -- A dropped schema leaves the registry with it, so that its shard is free
--- again and a new schema of the same name does not inherit it.
+-- again and a new schema of the same name does not inherit it. The trigger
+-- fires for every role's DROP, so it runs with its owner's rights (a role
+-- needs no privilege on the registry to drop its own objects) and a pinned
+-- search_path, with every name qualified.
 CREATE FUNCTION shard_schemas_forget_dropped() RETURNS event_trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     DELETE FROM @extschema@.shard_schema_registry r
-     USING pg_event_trigger_dropped_objects() d
-     WHERE d.object_type = 'schema' AND r.schema_oid = d.objid;
+     USING pg_catalog.pg_event_trigger_dropped_objects() d
+     WHERE d.object_type OPERATOR(pg_catalog.=) 'schema'
+       AND r.schema_oid OPERATOR(pg_catalog.=) d.objid;
 END
 $$;
+REVOKE ALL ON FUNCTION shard_schemas_forget_dropped() FROM PUBLIC;
 
 CREATE EVENT TRIGGER pg_idgen_forget_dropped_schemas ON sql_drop
     EXECUTE FUNCTION shard_schemas_forget_dropped();

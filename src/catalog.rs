@@ -1,31 +1,198 @@
-//! Read-only catalog queries, and the names of pg_idgen's own objects.
+//! The one door to the catalog: every lookup pg_idgen makes of its own
+//! objects and of PostgreSQL's goes through here.
+//!
+//! Names are never resolved under the caller's `search_path`. Our own
+//! objects are found by catalog C APIs (the extension's schema from
+//! `pg_extension`, relations with `get_relname_relid`, functions with
+//! `LookupFuncName` and a qualified name); where SQL is needed, it names
+//! every relation with its schema, every function and operator with
+//! `pg_catalog`, and runs under `search_path = pg_catalog, pg_temp`, so a
+//! caller's functions, operators and casts can never be picked up (nor
+//! cached for a later caller).
 
+use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
+use pgrx::spi::{SpiHeapTupleData, SpiResult};
 
-use crate::errors::OrRaise;
+use crate::backend::BackendLocal;
+use crate::errors::{IdError, OrRaise};
+
+const EXTENSION: &CStr = c"pg_idgen";
+
+/// Runs `f` with `search_path` set to `pg_catalog, pg_temp`, as a function
+/// with a `SET search_path` clause does; restored when `f` returns, and by
+/// the (sub)transaction's abort when it raises.
+fn pinned<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: the GUC nest-level protocol of fmgr_security_definer.
+    let nest = unsafe {
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        nest
+    };
+    let result = f();
+    // SAFETY: pops exactly the level pushed above.
+    unsafe { pg_sys::AtEOXact_GUC(true, nest) };
+    result
+}
 
 /// The first column of the first row of a read-only query; None for no row
 /// or NULL. Unlike `Spi::get_one`, it never assigns a transaction ID, so it
 /// also runs on a hot standby.
 pub fn query_one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {
-    Spi::connect(|c| match c.select(sql, Some(1), args).or_raise().next() {
-        Some(row) => row.get::<T>(1).or_raise(),
-        None => None,
+    pinned(|| {
+        Spi::connect(|c| match c.select(sql, Some(1), args).or_raise().next() {
+            Some(row) => row.get::<T>(1).or_raise(),
+            None => None,
+        })
     })
 }
 
+/// Every row of a read-only query, each mapped by `each`.
+pub fn query_rows<R>(
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+    mut each: impl FnMut(&SpiHeapTupleData<'_>) -> SpiResult<R>,
+) -> Vec<R> {
+    pinned(|| {
+        Spi::connect(|c| -> SpiResult<Vec<R>> {
+            let mut out = vec![];
+            for row in c.select(sql, None, args)? {
+                out.push(each(&row)?);
+            }
+            Ok(out)
+        })
+        .or_raise()
+    })
+}
+
+/// Runs a statement that may write.
+pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
+    pinned(|| Spi::run_with_args(sql, args).or_raise())
+}
+
+/// An identifier quoted for SQL, as `quote_ident` would.
+pub fn quote(ident: &str) -> String {
+    let Ok(c) = CString::new(ident) else { return format!("\"{}\"", ident.replace('"', "\"\"")) };
+    // SAFETY: quote_identifier returns its argument or a palloc'd copy, both NUL-terminated.
+    unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())) }.to_string_lossy().into_owned()
+}
+
+/// The schema of the extension in this database, if it is installed.
+/// Cached until the next catalog change.
+pub fn extension_schema() -> Option<pg_sys::Oid> {
+    static CACHE: BackendLocal<(u64, Option<pg_sys::Oid>)> = BackendLocal::new((0, None));
+    let generation = generation();
+    let (seen, nsp) = CACHE.get();
+    if seen == generation {
+        return nsp;
+    }
+    let nsp = scan_extension_schema();
+    CACHE.set((generation, nsp));
+    nsp
+}
+
+/// `pg_extension.extnamespace` of pg_idgen, by an index scan (PostgreSQL 15
+/// does not export `get_extension_schema`).
+fn scan_extension_schema() -> Option<pg_sys::Oid> {
+    // SAFETY: the scan get_extension_oid makes, reading one column of the
+    // tuple it returns while the scan (and so the tuple) is still open.
+    unsafe {
+        let rel = pg_sys::table_open(pg_sys::ExtensionRelationId, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            pg_sys::Anum_pg_extension_extname as pg_sys::AttrNumber,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_NAMEEQ),
+            pg_sys::Datum::from(EXTENSION.as_ptr()),
+        );
+        let scan = pg_sys::systable_beginscan(rel, pg_sys::Oid::from(pg_sys::ExtensionNameIndexId), true, std::ptr::null_mut(), 1, &mut key);
+        let tuple = pg_sys::systable_getnext(scan);
+        let nsp = (!tuple.is_null())
+            .then(|| (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_extension>(tuple)).extnamespace);
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        nsp
+    }
+}
+
+/// The name of a schema.
+fn schema_name(nsp: pg_sys::Oid) -> Option<String> {
+    // SAFETY: a syscache lookup; NULL for a schema that does not exist.
+    let p = unsafe { pg_sys::get_namespace_name(nsp) };
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
 /// An object of the extension, qualified with the extension's schema and
-/// quoted for use in SQL.
+/// quoted for SQL. Raises when the extension is not installed here.
 pub fn qualified(object: &str) -> String {
-    let schema: String = query_one(
-        "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'pg_idgen'",
-        &[],
-    )
-    .unwrap_or_default();
-    format!("{schema}.{object}")
+    let schema = extension_schema().and_then(schema_name).ok_or(IdError::NotInstalled).or_raise();
+    format!("{}.{}", quote(&schema), quote(object))
+}
+
+/// A relation of the extension, by name in the extension's schema.
+pub fn relation(name: &CStr) -> Option<pg_sys::Oid> {
+    let nsp = extension_schema()?;
+    // SAFETY: a syscache lookup; InvalidOid when there is no such relation.
+    let oid = unsafe { pg_sys::get_relname_relid(name.as_ptr(), nsp) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// A function of the extension's schema with exactly these argument types.
+pub fn function(nsp: pg_sys::Oid, name: &CStr, args: &[pg_sys::Oid]) -> Option<pg_sys::Oid> {
+    let schema = CString::new(schema_name(nsp)?).ok()?;
+    // SAFETY: builds a qualified name list in the current memory context;
+    // LookupFuncName with missing_ok = true returns InvalidOid when absent
+    // and never consults search_path for a qualified name.
+    let oid = unsafe {
+        let mut names = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeString(pg_sys::pstrdup(schema.as_ptr())).cast());
+        names = pg_sys::lappend(names, pg_sys::makeString(pg_sys::pstrdup(name.as_ptr())).cast());
+        pg_sys::LookupFuncName(names, args.len() as i32, args.as_ptr(), true)
+    };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// A schema's OID, or None when there is no such schema.
+pub fn schema_oid(name: &str) -> Option<pg_sys::Oid> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: a catalog lookup with missing_ok = true; it raises nothing for a missing schema.
+    let oid = unsafe { pg_sys::get_namespace_oid(c.as_ptr(), true) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// Takes a heavyweight lock on a relation of ours, without the privilege
+/// check of `LOCK TABLE`: the lock only serializes our own functions.
+/// Released at the end of the transaction (or by `unlock`).
+pub fn lock(rel: pg_sys::Oid, mode: u32) {
+    // SAFETY: locks an existing relation's OID; interruptible and seen by the deadlock detector.
+    unsafe { pg_sys::LockRelationOid(rel, mode as pg_sys::LOCKMODE) };
+}
+
+pub fn unlock(rel: pg_sys::Oid, mode: u32) {
+    // SAFETY: releases a lock taken by `lock`.
+    unsafe { pg_sys::UnlockRelationOid(rel, mode as pg_sys::LOCKMODE) };
+}
+
+/// The last value of a sequence of ours (0 before its first value).
+pub fn sequence_value(seq: pg_sys::Oid) -> i64 {
+    query_one("SELECT pg_catalog.pg_sequence_last_value($1)", &[seq.into()]).unwrap_or(0)
+}
+
+/// Sets a sequence of ours (one WAL record, replayed by standbys).
+pub fn set_sequence(seq: pg_sys::Oid, value: i64) {
+    run("SELECT pg_catalog.setval($1, $2, true)", &[seq.into(), value.into()]);
 }
 
 /// Bumped by every relcache invalidation (any change to the registry or
@@ -34,6 +201,8 @@ pub fn qualified(object: &str) -> String {
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 static CALLBACKS_REGISTERED: AtomicBool = AtomicBool::new(false);
 
+// The callbacks run inside PostgreSQL's invalidation processing: they only
+// bump an atomic, which can neither fail nor panic.
 unsafe extern "C-unwind" fn invalidate_relcache(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
     GENERATION.fetch_add(1, Ordering::Relaxed);
 }
@@ -52,11 +221,9 @@ pub fn generation() -> u64 {
         // process, within PostgreSQL's fixed number of slots.
         unsafe {
             pg_sys::CacheRegisterRelcacheCallback(Some(invalidate_relcache), pg_sys::Datum::from(0));
-            pg_sys::CacheRegisterSyscacheCallback(
-                pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
-                Some(invalidate_syscache),
-                pg_sys::Datum::from(0),
-            );
+            for cache in [pg_sys::SysCacheIdentifier::NAMESPACEOID, pg_sys::SysCacheIdentifier::PROCOID] {
+                pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(invalidate_syscache), pg_sys::Datum::from(0));
+            }
         }
     }
     GENERATION.load(Ordering::Relaxed)

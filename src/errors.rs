@@ -4,7 +4,8 @@
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
-use crate::layout::{MAX_SEQ, MAX_SHARD};
+use crate::core::error::CoreError;
+use crate::core::layout::{MAX_SEQ, MAX_SHARD};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IdError {
@@ -18,6 +19,8 @@ pub enum IdError {
     /// Minting would put an ID's time further ahead of the clock than allowed.
     ClockBehind { shard: Option<i32>, ahead_ms: i64, max_lead_ms: i64 },
     NotPreloaded,
+    /// A function of the library called where the extension is not (fully) installed.
+    NotInstalled,
     /// The shard is not (or no longer) owned by this server.
     ShardNotOwned(i32),
     /// The shard was released to another server (its shard number, once known).
@@ -36,6 +39,10 @@ pub enum IdError {
     InvalidText { kind: &'static str, input: String },
     PublicKeyMissing,
     PublicKeyInvalid,
+    /// The key is read only from a preloaded library's own setting.
+    PublicKeyNotPreloaded,
+    /// The server's `pg_idgen.epoch` differs from the one this database's IDs were minted with.
+    EpochChanged { configured_ms: i64, persisted_ms: i64 },
     SchemaMissing(String),
     SchemaNotRegistered(String),
     SchemaAlreadyRegistered { schema: String, shard: i32 },
@@ -51,6 +58,21 @@ impl From<pgrx::spi::SpiError> for IdError {
     }
 }
 
+impl From<CoreError> for IdError {
+    fn from(e: CoreError) -> Self {
+        match e {
+            CoreError::ShardOutOfRange(s) => IdError::ShardOutOfRange(s),
+            CoreError::SeqOutOfRange(s) => IdError::SeqOutOfRange(s),
+            CoreError::NegativeId(id) => IdError::NegativeId(id),
+            CoreError::TimeOutOfRange => IdError::TimeOutOfRange,
+            CoreError::ClockOutOfRange => IdError::ClockOutOfRange,
+            CoreError::ClockBehind { shard, ahead_ms, max_lead_ms } => IdError::ClockBehind { shard, ahead_ms, max_lead_ms },
+            CoreError::ShardReleased(s) => IdError::ShardReleased(s),
+            CoreError::Internal(m) => IdError::Internal(m),
+        }
+    }
+}
+
 impl IdError {
     fn code(&self) -> PgSqlErrorCode {
         use IdError::*;
@@ -58,7 +80,7 @@ impl IdError {
         match self {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             TimeOutOfRange | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
-            ClockBehind { .. } | NotPreloaded => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ClockBehind { .. } | NotPreloaded | NotInstalled => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
@@ -68,7 +90,7 @@ impl IdError {
             TooManyDatabases(_) => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             InvalidEpoch(_) | PublicKeyInvalid => ERRCODE_INVALID_PARAMETER_VALUE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
-            PublicKeyMissing => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            PublicKeyMissing | PublicKeyNotPreloaded | EpochChanged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
             SchemaAlreadyRegistered { .. } | ShardTaken { .. } => ERRCODE_UNIQUE_VIOLATION,
@@ -112,6 +134,11 @@ impl IdError {
                 "pg_idgen must be loaded via shared_preload_libraries to mint IDs".into(),
                 None,
                 Some("Add pg_idgen to shared_preload_libraries in postgresql.conf and restart the server.".into()),
+            ),
+            NotInstalled => (
+                "extension \"pg_idgen\" is not installed in this database".into(),
+                None,
+                Some("Run CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE after installing a new version.".into()),
             ),
             ShardNotOwned(s) => (
                 format!("shard {s} is not claimed on this server"),
@@ -166,6 +193,19 @@ impl IdError {
                 "invalid value for parameter \"pg_idgen.public_id_key\"".into(),
                 Some("The key must be 32 hexadecimal digits (128 bits).".into()),
                 None,
+            ),
+            PublicKeyNotPreloaded => (
+                "pg_idgen.public_id_key is read only while pg_idgen is preloaded".into(),
+                Some("Without shared_preload_libraries, the setting is an unchecked placeholder that every role can read.".into()),
+                Some("Add pg_idgen to shared_preload_libraries, and set the key in postgresql.conf or with ALTER SYSTEM.".into()),
+            ),
+            EpochChanged { configured_ms, persisted_ms } => (
+                "pg_idgen.epoch differs from the epoch this database's IDs were minted with".into(),
+                Some(format!(
+                    "The server's epoch is {configured_ms} ms after 1970-01-01 UTC; this database's IDs count from {persisted_ms} ms. \
+                     Minting under another epoch would repeat IDs and make them decode wrongly."
+                )),
+                Some("Set pg_idgen.epoch back to the value shown by id_epoch() in this database and restart the server.".into()),
             ),
             SchemaMissing(s) => (format!("schema \"{s}\" does not exist"), None, None),
             SchemaNotRegistered(s) => (

@@ -2,22 +2,21 @@
 
 use pgrx::prelude::*;
 
+use crate::core::error::CoreError;
+use crate::core::generator;
+use crate::core::layout::{self, Parts, Placed, Shard, ID_TICKS, MAX_MS, SEQ_BITS};
 use crate::errors::{IdError, OrRaise};
-use crate::generator::{self, TickFormat};
-use crate::layout::{self, Parts, Placed, Shard, MAX_MS, SEQ_BITS};
-use crate::durable::{self, DbReservation};
-use crate::{clock, ownership, settings, shared};
-
-pub const TICKS: TickFormat = TickFormat { bits: SEQ_BITS, max_ms: MAX_MS };
+use crate::mark::{self, DbReservation};
+use crate::{clock, epoch, ownership, settings, shared};
 
 /// The clock as a generator tick: epoch milliseconds, counter 0.
 #[inline]
-fn now_tick() -> Result<u64, IdError> {
-    let ms = clock::unix_us().div_euclid(1000) - settings::epoch_unix_ms();
+fn now_tick(epoch_ms: i64) -> Result<u64, CoreError> {
+    let ms = clock::unix_us().div_euclid(1000) - epoch_ms;
     if (0..=MAX_MS).contains(&ms) {
         Ok((ms as u64) << SEQ_BITS)
     } else {
-        Err(IdError::ClockOutOfRange)
+        Err(CoreError::ClockOutOfRange)
     }
 }
 
@@ -25,25 +24,26 @@ fn now_tick() -> Result<u64, IdError> {
 #[inline]
 pub fn mint(shard: Shard, function: &'static str) -> i64 {
     let slot = &shared::state().or_raise().shards[shard.index()];
-    durable::check_writable(function);
+    mark::check_writable(function);
     ownership::check(shard).or_raise();
-    let reservation = DbReservation::current(settings::epoch_unix_ms());
-    let minted =
-        generator::mint(&slot.last, TICKS, settings::max_clock_lead_ms(), &reservation, now_tick, clock::sleep_ms)
-            .map_err(|e| match e {
-            IdError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
-                IdError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
+    let epoch_ms = epoch::for_minting();
+    let reservation = DbReservation::current(epoch_ms);
+    let lead = settings::max_clock_lead_ms();
+    let minted = generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms)
+        .map_err(|e| match e {
+            CoreError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
+                CoreError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
             }
-            IdError::ShardReleased(None) => IdError::ShardReleased(Some(shard.index() as i32)),
+            CoreError::ShardReleased(None) => CoreError::ShardReleased(Some(shard.index() as i32)),
             e => e,
         })
-            .or_raise();
-    slot.record(&minted, TICKS);
+        .or_raise();
+    slot.record(&minted, ID_TICKS, settings::track_status());
     layout::from_tick(minted.tick, shard)
 }
 
 fn ms_of(ts: TimestampWithTimeZone) -> i64 {
-    layout::ms_of_timestamptz(ts.into(), settings::epoch_unix_ms()).or_raise()
+    layout::ms_of_timestamptz(ts.into(), epoch::for_decoding()).or_raise()
 }
 
 fn parts_of(id: i64) -> Parts {
@@ -65,7 +65,7 @@ fn next_shard_id(shard: i32) -> i64 {
 /// The time an ID was minted (to the millisecond).
 #[pg_extern(immutable, parallel_safe, strict)]
 fn id_ts(id: i64) -> TimestampWithTimeZone {
-    timestamptz(layout::timestamptz_of_ms(parts_of(id).ms, settings::epoch_unix_ms()))
+    timestamptz(layout::timestamptz_of_ms(parts_of(id).ms, epoch::for_decoding()))
 }
 
 /// The logical shard of an ID.
@@ -101,7 +101,7 @@ fn id_upper_bound(ts: TimestampWithTimeZone) -> i64 {
 /// `id_lower_bound` for any time: 0 before the epoch, the largest ID past the range.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn id_lower_bound_clamped(ts: TimestampWithTimeZone) -> i64 {
-    match layout::place_timestamptz(ts.into(), settings::epoch_unix_ms()) {
+    match layout::place_timestamptz(ts.into(), epoch::for_decoding()) {
         Placed::Before => 0,
         Placed::Within(ms) => layout::lower_bound(ms).or_raise(),
         Placed::After => i64::MAX,
@@ -111,17 +111,18 @@ fn id_lower_bound_clamped(ts: TimestampWithTimeZone) -> i64 {
 /// `id_upper_bound` for any time: -1 (below every ID) before the epoch, the largest ID past the range.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn id_upper_bound_clamped(ts: TimestampWithTimeZone) -> i64 {
-    match layout::place_timestamptz(ts.into(), settings::epoch_unix_ms()) {
+    match layout::place_timestamptz(ts.into(), epoch::for_decoding()) {
         Placed::Before => -1,
         Placed::Within(ms) => layout::upper_bound(ms).or_raise(),
         Placed::After => i64::MAX,
     }
 }
 
-/// The instant IDs count from (`pg_idgen.epoch`).
+/// The instant this database's IDs count from: the server's `pg_idgen.epoch`
+/// as recorded in the database when it first minted.
 #[pg_extern(stable, parallel_safe, strict)]
 fn id_epoch() -> TimestampWithTimeZone {
-    timestamptz(layout::timestamptz_of_ms(0, settings::epoch_unix_ms()))
+    timestamptz(layout::timestamptz_of_ms(0, epoch::for_decoding()))
 }
 
 extension_sql!(

@@ -1,23 +1,24 @@
 //! pg_idgen: Instagram-style 64-bit IDs and RFC 9562 UUIDv7, minted inside PostgreSQL.
 //!
-//! Plain-Rust core: `layout` (the 64-bit arithmetic) and `generator` (the
-//! per-shard state machine). SQL functions: `ids` (64-bit IDs), `uuid7`,
-//! `schemas` (logical shards as schemas), `ownership` (claims and shard
-//! moves), `public` (text forms), `status`. Behind them: `durable` (the
-//! persisted high-water mark), `planner` (time filters as key ranges),
-//! `shared` (shared memory), `settings` (GUCs), `catalog`, `backend`,
-//! `clock`, `random`, and `errors` (every error and the one way to raise it).
+//! `core` is plain Rust (layouts, the generator state machine), free of
+//! pgrx. SQL functions: `ids` (64-bit IDs), `uuid7`, `schemas` (logical
+//! shards as schemas), `ownership` (claims and shard moves), `public` (text
+//! forms), `status`. Behind them: `mark` (the persisted high-water mark),
+//! `epoch` (the epoch each database records), `planner` (time filters as
+//! key ranges), `catalog` (the one door to the catalog), `shared` (shared
+//! memory), `settings` (GUCs), `backend`, `clock`, `random`, and `errors`
+//! (every error and the one way to raise it).
 
 use pgrx::prelude::*;
 
 mod backend;
 mod catalog;
 mod clock;
-mod durable;
+pub mod core;
+mod epoch;
 mod errors;
-mod generator;
 mod ids;
-mod layout;
+mod mark;
 mod ownership;
 mod planner;
 mod public;
@@ -34,12 +35,32 @@ mod testing;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    no_backtraces();
     let preloading = shared::preloading();
     if preloading {
         shared::init();
         planner::init();
     }
     settings::register(preloading);
+}
+
+/// No error of ours carries a Rust backtrace, whatever the server's
+/// environment: pgrx appends one to an error's DETAIL when
+/// `std::backtrace::Backtrace::capture` is enabled, which the standard
+/// library decides once per process from `RUST_LIB_BACKTRACE` (then
+/// `RUST_BACKTRACE`). Decide it now, disabled, and leave the environment of
+/// the server and its children as it was.
+fn no_backtraces() {
+    const VAR: &str = "RUST_LIB_BACKTRACE";
+    let saved = std::env::var_os(VAR);
+    // SAFETY (of the environment changes): _PG_init runs in a
+    // single-threaded process (the postmaster, or a backend loading us).
+    std::env::set_var(VAR, "0");
+    let _ = std::backtrace::Backtrace::capture();
+    match saved {
+        Some(v) => std::env::set_var(VAR, v),
+        None => std::env::remove_var(VAR),
+    }
 }
 
 #[cfg(test)]

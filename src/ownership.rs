@@ -16,10 +16,10 @@ use pgrx::prelude::*;
 use pgrx::{register_xact_callback, PgXactCallbackEvent};
 
 use crate::backend::BackendLocal;
-use crate::durable::{self, DbReservation};
+use crate::core::generator::{Reservation, RETIRED};
+use crate::core::layout::{self, Parts, Shard, MAX_SEQ, MAX_SHARD};
 use crate::errors::{IdError, OrRaise};
-use crate::generator::{Reservation, RETIRED};
-use crate::layout::{self, Parts, Shard, MAX_SEQ, MAX_SHARD};
+use crate::mark::{self, DbReservation};
 use crate::{catalog, settings, shared};
 
 extension_sql_file!("../sql/ownership.sql", name = "ownership", requires = [catalog::pg_idgen_table_changed]);
@@ -40,21 +40,15 @@ fn table(name: &str) -> String {
 }
 
 fn load() -> Option<Box<[u64; WORDS]>> {
-    let ranges: Vec<Vec<i32>> = Spi::connect(|c| -> Result<Vec<Vec<i32>>, IdError> {
-        let sql = format!("SELECT ARRAY[first_shard, last_shard] FROM {}", table("shard_ownership"));
-        let mut out = vec![];
-        for row in c.select(&sql, None, &[])? {
-            out.extend(row.get::<Vec<i32>>(1)?);
-        }
-        Ok(out)
-    })
-    .or_raise();
+    let sql = format!("SELECT first_shard, last_shard FROM {}", table("shard_ownership"));
+    let ranges: Vec<(i32, i32)> =
+        catalog::query_rows(&sql, &[], |row| Ok((row.get::<i32>(1)?.unwrap_or(0), row.get::<i32>(2)?.unwrap_or(-1))));
     if ranges.is_empty() {
         return None;
     }
     let mut bits = Box::new([0u64; WORDS]);
-    for r in ranges {
-        for s in r[0].max(0)..=r[1].min(MAX_SHARD) {
+    for (first, last) in ranges {
+        for s in first.max(0)..=last.min(MAX_SHARD) {
             bits[s as usize / 64] |= 1 << (s % 64);
         }
     }
@@ -87,7 +81,8 @@ pub fn check(shard: Shard) -> Result<(), IdError> {
 
 /// Changes to ownership queue behind each other; minting is not blocked.
 fn lock_claims() {
-    Spi::run(&format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE", table("shard_ownership"))).or_raise();
+    let rel = catalog::relation(c"shard_ownership").ok_or(IdError::NotInstalled).or_raise();
+    catalog::lock(rel, pg_sys::ShareRowExclusiveLock);
 }
 
 /// The claimed range holding `shard`, if any.
@@ -127,11 +122,10 @@ fn shard_claim(first_shard: i32, last_shard: i32) {
     if let Some(s) = released {
         IdError::ShardWasReleased(s).raise()
     }
-    Spi::run_with_args(
+    catalog::run(
         &format!("INSERT INTO {} (first_shard, last_shard) VALUES ($1, $2)", table("shard_ownership")),
         &[first_shard.into(), last_shard.into()],
-    )
-    .or_raise();
+    );
 }
 
 /// Stops minting for a shard on this server and returns an ID just above
@@ -140,7 +134,7 @@ fn shard_claim(first_shard: i32, last_shard: i32) {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_release(shard: i32) -> i64 {
     let shard = Shard::new(shard).or_raise();
-    durable::check_writable("shard_release");
+    mark::check_writable("shard_release");
     let state = shared::state().or_raise();
     lock_claims();
     let Some((first, last)) = claim_holding(shard) else {
@@ -148,28 +142,26 @@ fn shard_release(shard: i32) -> i64 {
     };
     let s = shard.index() as i32;
     let t = table("shard_ownership");
-    Spi::run_with_args(&format!("DELETE FROM {t} WHERE first_shard = $1 AND last_shard = $2"), &[first.into(), last.into()])
-        .or_raise();
-    Spi::run_with_args(
+    catalog::run(&format!("DELETE FROM {t} WHERE first_shard = $1 AND last_shard = $2"), &[first.into(), last.into()]);
+    catalog::run(
         &format!(
             "INSERT INTO {t} (first_shard, last_shard)
              SELECT f, l FROM (VALUES ($1, $3 - 1), ($3 + 1, $2)) v(f, l) WHERE f <= l"
         ),
         &[first.into(), last.into(), s.into()],
-    )
-    .or_raise();
+    );
 
     // Once the persisted mark is loaded, the generator's state is at or above
     // every value handed out, before the last restart too. Retiring it stops
     // minting at once, also in statements under way in other backends; the
     // state it held is the last value handed out.
-    let reservation = DbReservation::current(settings::epoch_unix_ms());
+    let reservation = DbReservation::current(settings::configured_epoch_ms());
     reservation.ensure_loaded();
     let slot = &state.shards[shard.index()];
     let prev = slot.last.swap(RETIRED, Ordering::AcqRel);
     let high_water = if prev == RETIRED {
         // Retired by a release still in progress: fall back to the reservation, which covers every value.
-        let ms = reservation.reserved_until_ms() - settings::epoch_unix_ms();
+        let ms = reservation.reserved_until_ms() - settings::configured_epoch_ms();
         layout::compose(Parts { ms, shard: s, seq: MAX_SEQ }).or_raise()
     } else {
         register_xact_callback(PgXactCallbackEvent::Abort, move || {
@@ -178,15 +170,14 @@ fn shard_release(shard: i32) -> i64 {
         // One tick past the last value: above every ID handed out.
         layout::from_tick(prev + 1, shard)
     };
-    Spi::run_with_args(
+    catalog::run(
         &format!(
             "INSERT INTO {} (shard, high_water) VALUES ($1, $2)
              ON CONFLICT (shard) DO UPDATE SET high_water = excluded.high_water, released_at = now()",
             table("shard_releases")
         ),
         &[s.into(), high_water.into()],
-    )
-    .or_raise();
+    );
     high_water
 }
 
@@ -199,21 +190,19 @@ fn shard_adopt(shard: i32, after: i64) {
     if parts.shard != shard.index() as i32 {
         IdError::ForeignId { id: after, id_shard: parts.shard, shard: shard.index() as i32 }.raise()
     }
-    durable::check_writable("shard_adopt");
+    mark::check_writable("shard_adopt");
     let state = shared::state().or_raise();
     lock_claims();
     if claim_holding(shard).is_some() {
         IdError::AlreadyOwned(parts.shard).raise()
     }
-    Spi::run_with_args(
+    catalog::run(
         &format!("INSERT INTO {} (first_shard, last_shard, adopted_after) VALUES ($1, $1, $2)", table("shard_ownership")),
         &[parts.shard.into(), after.into()],
-    )
-    .or_raise();
-    Spi::run_with_args(&format!("DELETE FROM {} WHERE shard = $1", table("shard_releases")), &[parts.shard.into()])
-        .or_raise();
+    );
+    catalog::run(&format!("DELETE FROM {} WHERE shard = $1", table("shard_releases")), &[parts.shard.into()]);
 
-    let reservation = DbReservation::current(settings::epoch_unix_ms());
+    let reservation = DbReservation::current(settings::configured_epoch_ms());
     reservation.ensure_loaded();
     let after_tick = ((parts.ms as u64) << layout::SEQ_BITS) | parts.seq as u64;
     let slot = &state.shards[shard.index()];

@@ -19,24 +19,75 @@
 //! columns). `pg_idgen.rewrite_time_filters = off` turns it off.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::ptr::null_mut;
 
 use pgrx::pg_sys::{self, Node, NodeTag, Oid};
 use pgrx::prelude::*;
-use pgrx::PgList;
 
 use crate::backend::BackendLocal;
 use crate::{catalog, settings};
 
-/// The catalog objects the rewrite uses, per database.
-#[derive(Clone, Copy)]
-struct Oids {
-    tstz_lt: Oid,
-    tstz_le: Oid,
-    tstz_eq: Oid,
-    tstz_ge: Oid,
-    tstz_gt: Oid,
-    id: Family,
-    uuid: Family,
+/// PostgreSQL's functions, called directly rather than through pgrx's
+/// wrappers: pgrx turns an error raised inside a call into a Rust panic and
+/// raises a copy of it later, without its CONTEXT, position or field names.
+/// Called this way, an error (the next planner's, or stack depth, cancel or
+/// out of memory in the walk below) leaves by `longjmp` straight to
+/// PostgreSQL's own handler, exactly as from core code. That is sound
+/// because every Rust frame it passes over is a plain old frame: the hook,
+/// the walker and their helpers hold no value with a destructor.
+mod raw {
+    use super::*;
+
+    pub type Walker = Option<unsafe extern "C-unwind" fn(*mut Node, *mut c_void) -> bool>;
+
+    unsafe extern "C-unwind" {
+        pub fn standard_planner(
+            parse: *mut pg_sys::Query,
+            query_string: *const c_char,
+            cursor_options: c_int,
+            bound_params: pg_sys::ParamListInfo,
+        ) -> *mut pg_sys::PlannedStmt;
+        pub fn check_stack_depth();
+        #[cfg_attr(not(feature = "pg15"), link_name = "expression_tree_walker_impl")]
+        pub fn expression_tree_walker(node: *mut Node, walker: Walker, context: *mut c_void) -> bool;
+        #[cfg_attr(not(feature = "pg15"), link_name = "query_tree_walker_impl")]
+        pub fn query_tree_walker(query: *mut pg_sys::Query, walker: Walker, context: *mut c_void, flags: c_int) -> bool;
+        pub fn contain_volatile_functions(clause: *mut Node) -> bool;
+        pub fn copyObjectImpl(from: *const c_void) -> *mut c_void;
+        pub fn lappend(list: *mut pg_sys::List, datum: *mut c_void) -> *mut pg_sys::List;
+        pub fn makeFuncExpr(
+            funcid: Oid,
+            rettype: Oid,
+            args: *mut pg_sys::List,
+            funccollid: Oid,
+            inputcollid: Oid,
+            fformat: pg_sys::CoercionForm::Type,
+        ) -> *mut pg_sys::FuncExpr;
+        pub fn make_opclause(
+            opno: Oid,
+            opresulttype: Oid,
+            opretset: bool,
+            leftop: *mut pg_sys::Expr,
+            rightop: *mut pg_sys::Expr,
+            opcollid: Oid,
+            inputcollid: Oid,
+        ) -> *mut pg_sys::Expr;
+        pub fn makeBoolExpr(boolop: pg_sys::BoolExprType::Type, args: *mut pg_sys::List, location: c_int) -> *mut pg_sys::Expr;
+    }
+}
+
+/// Built-in operators (fixed OIDs of `pg_operator.dat`, checked by a test).
+pub mod ops {
+    use pgrx::pg_sys::Oid;
+    pub const TSTZ_EQ: Oid = Oid::from_u32(1320);
+    pub const TSTZ_LT: Oid = Oid::from_u32(1322);
+    pub const TSTZ_LE: Oid = Oid::from_u32(1323);
+    pub const TSTZ_GT: Oid = Oid::from_u32(1324);
+    pub const TSTZ_GE: Oid = Oid::from_u32(1325);
+    pub const INT8_LE: Oid = Oid::from_u32(414);
+    pub const INT8_GE: Oid = Oid::from_u32(415);
+    pub const UUID_LE: Oid = Oid::from_u32(2976);
+    pub const UUID_GE: Oid = Oid::from_u32(2977);
 }
 
 /// A decode function, its key type's `>=` and `<=`, and its clamped bounds.
@@ -50,19 +101,25 @@ struct Family {
     upper: Oid,
 }
 
+/// What the walk needs: our functions in this database, if installed.
+#[derive(Clone, Copy)]
+struct Oids {
+    id: Family,
+    uuid: Family,
+}
+
+/// The backend's lookup, valid for one catalog generation.
 #[derive(Clone, Copy)]
 enum Cache {
     Unknown,
-    /// The extension is not installed in this database.
-    Absent,
-    Present(Oids),
+    /// The extension is not installed in this database (or not completely).
+    Absent(u64),
+    Present(u64, Oids),
 }
 
 static CACHE: BackendLocal<Cache> = BackendLocal::new(Cache::Unknown);
-static LOOKING_UP: BackendLocal<bool> = BackendLocal::new(false);
 
 static mut PREV_PLANNER: pg_sys::planner_hook_type = None;
-static mut CALLBACK_REGISTERED: bool = false;
 
 /// Installs the planner hook (while the library is preloaded).
 pub fn init() {
@@ -73,103 +130,109 @@ pub fn init() {
     }
 }
 
-#[pg_guard]
+/// The hook. Not `#[pg_guard]`, and it holds nothing with a destructor: the
+/// next planner is called from here so that its errors reach PostgreSQL
+/// untouched (see `raw`). Nothing in it can panic; the one fallible Rust
+/// part, the catalog lookup, is a `#[pg_guard]` function of its own.
 unsafe extern "C-unwind" fn planner(
     parse: *mut pg_sys::Query,
     query_string: *const c_char,
     cursor_options: c_int,
     bound_params: pg_sys::ParamListInfo,
 ) -> *mut pg_sys::PlannedStmt {
-    if settings::rewrite_time_filters() {
-        if let Some(oids) = oids() {
-            // SAFETY: `parse` is the planner's own copy of the query, which it may scribble on.
-            unsafe { walker(parse.cast(), (&oids as *const Oids).cast_mut().cast()) };
-        }
-    }
-    // SAFETY: hands the query on unchanged in form to the next planner.
+    // SAFETY: `parse` is the planner's own copy of the query, which it may
+    // scribble on; the walk only adds implied conditions to it.
     unsafe {
+        if settings::rewrite_time_filters() {
+            let mut found = Found { present: false, oids: std::mem::zeroed() };
+            look_up(&mut found);
+            if found.present {
+                walker(parse.cast(), (&mut found.oids as *mut Oids).cast());
+            }
+        }
         match PREV_PLANNER {
             Some(prev) => prev(parse, query_string, cursor_options, bound_params),
-            None => pg_sys::standard_planner(parse, query_string, cursor_options, bound_params),
+            None => raw::standard_planner(parse, query_string, cursor_options, bound_params),
         }
     }
 }
 
-unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, _cacheid: c_int, _hash: u32) {
-    CACHE.set(Cache::Unknown);
+#[repr(C)]
+struct Found {
+    present: bool,
+    oids: Oids,
 }
 
-/// The objects of this database, looked up once (again after any change to
-/// pg_proc, such as CREATE or DROP EXTENSION).
-fn oids() -> Option<Oids> {
-    if LOOKING_UP.get() {
-        return None; // the lookup's own query
-    }
-    match CACHE.get() {
-        Cache::Present(oids) => return Some(oids),
-        Cache::Absent => return None,
-        Cache::Unknown => {}
-    }
-    LOOKING_UP.set(true);
-    let found = PgTryBuilder::new(look_up).finally(|| LOOKING_UP.set(false)).execute();
-    // SAFETY: registers a callback that only resets this backend's cache; once per process.
-    unsafe {
-        if !CALLBACK_REGISTERED {
-            CALLBACK_REGISTERED = true;
-            pg_sys::CacheRegisterSyscacheCallback(pg_sys::SysCacheIdentifier::PROCOID as i32, Some(forget), 0.into());
+/// Our functions in this database, looked up once per catalog generation
+/// (any change to pg_proc or to a relation starts a new one) by catalog
+/// APIs: no SQL, no `search_path`.
+#[pg_guard]
+unsafe extern "C-unwind" fn look_up(out: *mut Found) {
+    let generation = catalog::generation();
+    let cache = match CACHE.get() {
+        Cache::Absent(g) | Cache::Present(g, _) if g == generation => CACHE.get(),
+        _ => {
+            let c = match our_functions() {
+                Some(oids) => Cache::Present(generation, oids),
+                None => Cache::Absent(generation),
+            };
+            CACHE.set(c);
+            c
         }
-    }
-    // While CREATE EXTENSION runs, some objects exist and some do not yet: look again next time.
-    if let Some(found) = found {
-        CACHE.set(found);
-    }
-    match found {
-        Some(Cache::Present(oids)) => Some(oids),
-        _ => None,
+    };
+    if let Cache::Present(_, oids) = cache {
+        // SAFETY: `out` points at the caller's `Found`.
+        unsafe { *out = Found { present: true, oids } };
     }
 }
 
-/// Present, Absent (no extension here), or None while the extension is incomplete.
-fn look_up() -> Option<Cache> {
-    let sql = "
-        WITH e AS (SELECT quote_ident(extnamespace::regnamespace::text) || '.' AS s FROM pg_extension WHERE extname = 'pg_idgen')
-        SELECT ARRAY[
-            'pg_catalog.<(timestamptz,timestamptz)'::regoperator::oid, 'pg_catalog.<=(timestamptz,timestamptz)'::regoperator::oid,
-            'pg_catalog.=(timestamptz,timestamptz)'::regoperator::oid, 'pg_catalog.>=(timestamptz,timestamptz)'::regoperator::oid,
-            'pg_catalog.>(timestamptz,timestamptz)'::regoperator::oid,
-            to_regprocedure(s || 'id_ts(bigint)')::oid, 'pg_catalog.int8'::regtype::oid,
-            'pg_catalog.>=(bigint,bigint)'::regoperator::oid, 'pg_catalog.<=(bigint,bigint)'::regoperator::oid,
-            to_regprocedure(s || 'id_lower_bound_clamped(timestamptz)')::oid,
-            to_regprocedure(s || 'id_upper_bound_clamped(timestamptz)')::oid,
-            to_regprocedure(s || 'uuid_v7_ts(uuid)')::oid, 'pg_catalog.uuid'::regtype::oid,
-            'pg_catalog.>=(uuid,uuid)'::regoperator::oid, 'pg_catalog.<=(uuid,uuid)'::regoperator::oid,
-            to_regprocedure(s || 'uuid_v7_lower_bound_clamped(timestamptz)')::oid,
-            to_regprocedure(s || 'uuid_v7_upper_bound_clamped(timestamptz)')::oid]
-        FROM e";
-    let Some(found) = catalog::query_one::<Vec<Option<Oid>>>(sql, &[]) else { return Some(Cache::Absent) };
-    let o: Vec<Oid> = found.into_iter().collect::<Option<_>>()?;
-    let family = |i: usize| Family { decode: o[i], key_type: o[i + 1], ge: o[i + 2], le: o[i + 3], lower: o[i + 4], upper: o[i + 5] };
-    Some(Cache::Present(Oids {
-        tstz_lt: o[0],
-        tstz_le: o[1],
-        tstz_eq: o[2],
-        tstz_ge: o[3],
-        tstz_gt: o[4],
-        id: family(5),
-        uuid: family(11),
-    }))
+fn our_functions() -> Option<Oids> {
+    let nsp = catalog::extension_schema()?;
+    let tstz = [pg_sys::TIMESTAMPTZOID];
+    let f = |name: &std::ffi::CStr, args: &[Oid]| catalog::function(nsp, name, args);
+    Some(Oids {
+        id: Family {
+            decode: f(c"id_ts", &[pg_sys::INT8OID])?,
+            key_type: pg_sys::INT8OID,
+            ge: ops::INT8_GE,
+            le: ops::INT8_LE,
+            lower: f(c"id_lower_bound_clamped", &tstz)?,
+            upper: f(c"id_upper_bound_clamped", &tstz)?,
+        },
+        uuid: Family {
+            decode: f(c"uuid_v7_ts", &[pg_sys::UUIDOID])?,
+            key_type: pg_sys::UUIDOID,
+            ge: ops::UUID_GE,
+            le: ops::UUID_LE,
+            lower: f(c"uuid_v7_lower_bound_clamped", &tstz)?,
+            upper: f(c"uuid_v7_upper_bound_clamped", &tstz)?,
+        },
+    })
 }
 
-/// Visits every query level (subqueries, CTEs, sublinks) and its WHERE and ON clauses.
+/// The `i`th pointer of a PostgreSQL list.
+unsafe fn nth(list: *mut pg_sys::List, i: usize) -> *mut Node {
+    // SAFETY: the caller checked `i` against the list's length.
+    unsafe { (*(*list).elements.add(i)).ptr_value.cast() }
+}
+
+unsafe fn length(list: *mut pg_sys::List) -> usize {
+    // SAFETY: NIL is the empty list.
+    if list.is_null() { 0 } else { unsafe { (*list).length as usize } }
+}
+
+/// Visits every query level (subqueries, CTEs, sublinks) and its WHERE and
+/// ON clauses, checking the stack depth at each node as core walkers do.
 unsafe extern "C-unwind" fn walker(node: *mut Node, ctx: *mut c_void) -> bool {
     if node.is_null() {
         return false;
     }
     // SAFETY: `ctx` is the `Oids` passed by `planner`; `node` a valid parse node.
     unsafe {
+        raw::check_stack_depth();
         let oids = &*(ctx as *const Oids);
         match (*node).type_ {
-            NodeTag::T_Query => return pg_sys::query_tree_walker(node.cast(), Some(walker), ctx, 0),
+            NodeTag::T_Query => return raw::query_tree_walker(node.cast(), Some(walker), ctx, 0),
             NodeTag::T_FromExpr => {
                 let f = node as *mut pg_sys::FromExpr;
                 (*f).quals = with_ranges((*f).quals, oids);
@@ -180,7 +243,7 @@ unsafe extern "C-unwind" fn walker(node: *mut Node, ctx: *mut c_void) -> bool {
             }
             _ => {}
         }
-        pg_sys::expression_tree_walker(node, Some(walker), ctx)
+        raw::expression_tree_walker(node, Some(walker), ctx)
     }
 }
 
@@ -192,74 +255,85 @@ unsafe fn with_ranges(quals: *mut Node, oids: &Oids) -> *mut Node {
     // SAFETY: `quals` is a valid expression; lists and nodes are built in the
     // current memory context, as the planner's own rewriting does.
     unsafe {
-        let is_and = (*quals).type_ == NodeTag::T_BoolExpr
-            && (*(quals as *mut pg_sys::BoolExpr)).boolop == pg_sys::BoolExprType::AND_EXPR;
-        let conjuncts: Vec<*mut Node> = if is_and {
-            PgList::<Node>::from_pg((*(quals as *mut pg_sys::BoolExpr)).args).iter_ptr().collect()
+        let and = if (*quals).type_ == NodeTag::T_BoolExpr
+            && (*(quals as *mut pg_sys::BoolExpr)).boolop == pg_sys::BoolExprType::AND_EXPR
+        {
+            quals as *mut pg_sys::BoolExpr
         } else {
-            vec![quals]
+            null_mut()
         };
-        let added: Vec<*mut Node> = conjuncts.iter().flat_map(|&c| implied_ranges(c, oids)).collect();
-        if added.is_empty() {
+        let mut added: *mut pg_sys::List = null_mut();
+        if and.is_null() {
+            added = implied_ranges(quals, oids, added);
+        } else {
+            let args = (*and).args;
+            for i in 0..length(args) {
+                added = implied_ranges(nth(args, i), oids, added);
+            }
+        }
+        if added.is_null() {
             return quals;
         }
-        let mut args = if is_and { (*(quals as *mut pg_sys::BoolExpr)).args } else { pg_sys::lappend(std::ptr::null_mut(), quals.cast()) };
-        for a in added {
-            args = pg_sys::lappend(args, a.cast());
+        let mut args = if and.is_null() { raw::lappend(null_mut(), quals.cast()) } else { (*and).args };
+        for i in 0..length(added) {
+            args = raw::lappend(args, nth(added, i).cast());
         }
-        if is_and {
-            (*(quals as *mut pg_sys::BoolExpr)).args = args;
-            quals
+        if and.is_null() {
+            raw::makeBoolExpr(pg_sys::BoolExprType::AND_EXPR, args, -1).cast()
         } else {
-            pg_sys::makeBoolExpr(pg_sys::BoolExprType::AND_EXPR, args, -1).cast()
+            (*and).args = args;
+            quals
         }
     }
 }
 
-/// For `decode(x) OP t` (either way round), the conditions on `x` it implies.
-unsafe fn implied_ranges(clause: *mut Node, oids: &Oids) -> Vec<*mut Node> {
+/// Appends to `out` the conditions on `x` that `decode(x) OP t` (either way
+/// round) implies, when both `x` and `t` are free of volatile functions and
+/// subqueries (each is copied, so each must give the same value twice).
+unsafe fn implied_ranges(clause: *mut Node, oids: &Oids, mut out: *mut pg_sys::List) -> *mut pg_sys::List {
     // SAFETY: reads nodes of a valid expression tree and builds new ones.
     unsafe {
         if (*clause).type_ != NodeTag::T_OpExpr {
-            return vec![];
+            return out;
         }
         let op = &*(clause as *mut pg_sys::OpExpr);
-        let args = PgList::<Node>::from_pg(op.args);
-        let (2, Some(left), Some(right)) = (args.len(), args.get_ptr(0), args.get_ptr(1)) else {
-            return vec![];
-        };
+        if length(op.args) != 2 {
+            return out;
+        }
         // (lower bound wanted, upper bound wanted) for `decode(x) OP t`.
         let wanted = |commuted: bool| -> Option<(bool, bool)> {
-            let (lt, gt) = if commuted { (oids.tstz_gt, oids.tstz_lt) } else { (oids.tstz_lt, oids.tstz_gt) };
-            let (le, ge) = if commuted { (oids.tstz_ge, oids.tstz_le) } else { (oids.tstz_le, oids.tstz_ge) };
+            let (lt, gt) = if commuted { (ops::TSTZ_GT, ops::TSTZ_LT) } else { (ops::TSTZ_LT, ops::TSTZ_GT) };
+            let (le, ge) = if commuted { (ops::TSTZ_GE, ops::TSTZ_LE) } else { (ops::TSTZ_LE, ops::TSTZ_GE) };
             match op.opno {
                 o if o == lt || o == le => Some((false, true)),
                 o if o == gt || o == ge => Some((true, false)),
-                o if o == oids.tstz_eq => Some((true, true)),
+                o if o == ops::TSTZ_EQ => Some((true, true)),
                 _ => None,
             }
         };
-        for (decoded, t, commuted) in [(left, right, false), (right, left, true)] {
+        let (left, right) = (nth(op.args, 0), nth(op.args, 1));
+        // An index loop, not an array iterator: nothing here may have a destructor.
+        for commuted in [false, true].iter().copied() {
+            let (decoded, t) = if commuted { (right, left) } else { (left, right) };
             let Some((lower, upper)) = wanted(commuted) else { continue };
             let Some((family, key)) = decoded_key(decoded, oids) else { continue };
-            if pg_sys::contain_volatile_functions(t) || has_sublink(t) {
+            if raw::contain_volatile_functions(t) || has_sublink(t) || raw::contain_volatile_functions(key) || has_sublink(key) {
                 continue;
             }
-            let bound = |op: Oid, func: Oid| -> *mut Node {
-                let arg = pg_sys::lappend(std::ptr::null_mut(), pg_sys::copyObjectImpl(t.cast()));
-                let f = pg_sys::makeFuncExpr(func, family.key_type, arg, pg_sys::InvalidOid, pg_sys::InvalidOid, pg_sys::CoercionForm::COERCE_EXPLICIT_CALL);
-                pg_sys::make_opclause(op, pg_sys::BOOLOID, false, pg_sys::copyObjectImpl(key.cast()).cast(), f.cast(), pg_sys::InvalidOid, pg_sys::InvalidOid).cast()
+            let bound = |op: Oid, func: Oid| -> *mut c_void {
+                let arg = raw::lappend(null_mut(), raw::copyObjectImpl(t.cast()));
+                let f = raw::makeFuncExpr(func, family.key_type, arg, pg_sys::InvalidOid, pg_sys::InvalidOid, pg_sys::CoercionForm::COERCE_EXPLICIT_CALL);
+                raw::make_opclause(op, pg_sys::BOOLOID, false, raw::copyObjectImpl(key.cast()).cast(), f.cast(), pg_sys::InvalidOid, pg_sys::InvalidOid).cast()
             };
-            let mut out = vec![];
             if lower {
-                out.push(bound(family.ge, family.lower));
+                out = raw::lappend(out, bound(family.ge, family.lower));
             }
             if upper {
-                out.push(bound(family.le, family.upper));
+                out = raw::lappend(out, bound(family.le, family.upper));
             }
             return out;
         }
-        vec![]
+        out
     }
 }
 
@@ -271,21 +345,28 @@ unsafe fn decoded_key(node: *mut Node, oids: &Oids) -> Option<(Family, *mut Node
             return None;
         }
         let f = &*(node as *mut pg_sys::FuncExpr);
-        let family = [oids.id, oids.uuid].into_iter().find(|fam| fam.decode == f.funcid)?;
-        let args = PgList::<Node>::from_pg(f.args);
-        let (1, Some(arg)) = (args.len(), args.get_ptr(0)) else { return None };
-        Some((family, arg))
+        let family = if f.funcid == oids.id.decode {
+            oids.id
+        } else if f.funcid == oids.uuid.decode {
+            oids.uuid
+        } else {
+            return None;
+        };
+        (length(f.args) == 1).then(|| (family, nth(f.args, 0)))
     }
 }
 
 unsafe extern "C-unwind" fn find_sublink(node: *mut Node, ctx: *mut c_void) -> bool {
     // SAFETY: a valid expression node or NULL.
-    unsafe { !node.is_null() && ((*node).type_ == NodeTag::T_SubLink || pg_sys::expression_tree_walker(node, Some(find_sublink), ctx)) }
+    unsafe {
+        !node.is_null()
+            && ((*node).type_ == NodeTag::T_SubLink || raw::expression_tree_walker(node, Some(find_sublink), ctx))
+    }
 }
 
 unsafe fn has_sublink(node: *mut Node) -> bool {
     // SAFETY: walks a valid expression tree without changing it.
-    unsafe { find_sublink(node, std::ptr::null_mut()) }
+    unsafe { find_sublink(node, null_mut()) }
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -375,6 +456,53 @@ mod tests {
         Spi::run("SET pg_idgen.rewrite_time_filters = off").unwrap();
         let plan = explain(&format!("SELECT * FROM ev WHERE id_ts(id) >= '{T}'"));
         assert!(!plan.contains("Index Cond"), "{plan}");
+    }
+
+    #[pg_test]
+    fn builtin_operator_oids_are_the_catalog_ones() {
+        use super::ops::*;
+        for (oid, sig) in [
+            (TSTZ_EQ, "=(timestamptz,timestamptz)"),
+            (TSTZ_LT, "<(timestamptz,timestamptz)"),
+            (TSTZ_LE, "<=(timestamptz,timestamptz)"),
+            (TSTZ_GT, ">(timestamptz,timestamptz)"),
+            (TSTZ_GE, ">=(timestamptz,timestamptz)"),
+            (INT8_LE, "<=(bigint,bigint)"),
+            (INT8_GE, ">=(bigint,bigint)"),
+            (UUID_LE, "<=(uuid,uuid)"),
+            (UUID_GE, ">=(uuid,uuid)"),
+        ] {
+            assert_eq!(one::<pg_sys::Oid>(&format!("SELECT 'pg_catalog.{sig}'::regoperator::oid")), oid, "{sig}");
+        }
+    }
+
+    #[pg_test]
+    fn volatile_keys_are_evaluated_once() {
+        setup();
+        let plan = explain("SELECT * FROM ev WHERE id_ts((random() * 2 ^ 62)::bigint) >= '2035-01-01'");
+        assert!(!plan.contains("bound_clamped"), "{plan}");
+        Spi::run("SELECT next_shard_id(77)").unwrap();
+        let before: i64 = one("SELECT minted FROM id_generator_status() WHERE shard = 77");
+        let rows: i64 = one("SELECT count(*) FROM generate_series(1, 100) g WHERE id_ts(next_shard_id(77)) >= '2020-01-01'");
+        assert_eq!(rows, 100);
+        let after: i64 = one("SELECT minted FROM id_generator_status() WHERE shard = 77");
+        assert_eq!(after - before, 100, "one ID per row, not two");
+    }
+
+    #[pg_test]
+    fn a_callers_search_path_changes_nothing() {
+        setup();
+        Spi::run(
+            "CREATE SCHEMA evil;
+             CREATE FUNCTION evil.to_regprocedure(text) RETURNS regprocedure LANGUAGE sql AS 'SELECT NULL::regprocedure';
+             CREATE FUNCTION evil.id_ts(bigint) RETURNS timestamptz LANGUAGE sql AS 'SELECT now()';
+             SET search_path = evil, pg_catalog, public; SET enable_seqscan = off",
+        )
+        .unwrap();
+        let plan = explain(&format!("SELECT * FROM ev WHERE public.id_ts(id) >= '{T}'"));
+        assert!(plan.contains("ev_pkey"), "{plan}");
+        let plan = explain(&format!("SELECT * FROM ev WHERE evil.id_ts(id) >= '{T}'"));
+        assert!(!plan.contains("bound_clamped"), "another schema's id_ts is not ours:\n{plan}");
     }
 
     #[pg_test]

@@ -8,14 +8,13 @@
 //! sends a relcache invalidation) or to any schema clears it.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 
 use pgrx::prelude::*;
 
-use crate::errors::{IdError, OrRaise};
 use crate::backend::BackendLocal;
+use crate::core::layout::Shard;
+use crate::errors::{IdError, OrRaise};
 use crate::{catalog, ids};
-use crate::layout::Shard;
 
 extension_sql_file!("../sql/registry.sql", name = "registry", requires = [catalog::pg_idgen_table_changed]);
 
@@ -31,13 +30,6 @@ struct Cached {
 
 static CACHE: BackendLocal<Option<Cached>> = BackendLocal::new(None);
 
-/// The schema's OID, or InvalidOid when there is no such schema.
-fn schema_oid(name: &str) -> pg_sys::Oid {
-    let Ok(c) = CString::new(name) else { return pg_sys::InvalidOid };
-    // SAFETY: a catalog lookup with missing_ok = true; it raises nothing for a missing schema.
-    unsafe { pg_sys::get_namespace_oid(c.as_ptr(), true) }
-}
-
 /// The registry table, qualified and quoted for use in SQL.
 fn registry_table() -> String {
     catalog::qualified("shard_schema_registry")
@@ -45,19 +37,17 @@ fn registry_table() -> String {
 
 fn load() -> HashMap<String, Shard> {
     let sql = format!(
-        "SELECT n.nspname::text, r.shard FROM {} r JOIN pg_namespace n ON n.oid = r.schema_oid",
+        "SELECT n.nspname::text, r.shard FROM {} r JOIN pg_catalog.pg_namespace n ON n.oid = r.schema_oid",
         registry_table()
     );
-    Spi::connect(|c| -> Result<HashMap<String, Shard>, IdError> {
-        let mut map = HashMap::new();
-        for row in c.select(&sql, None, &[])? {
-            if let (Some(name), Some(shard)) = (row.get::<String>(1)?, row.get::<i32>(2)?) {
-                map.insert(name, Shard::new(shard)?);
-            }
+    let rows = catalog::query_rows(&sql, &[], |row| Ok((row.get::<String>(1)?, row.get::<i32>(2)?)));
+    let mut map = HashMap::new();
+    for (name, shard) in rows {
+        if let (Some(name), Some(shard)) = (name, shard) {
+            map.insert(name, Shard::new(shard).or_raise());
         }
-        Ok(map)
-    })
-    .or_raise()
+    }
+    map
 }
 
 fn cached(name: &str) -> Option<Shard> {
@@ -89,7 +79,7 @@ fn shard_of(name: &str) -> Shard {
     if let Some(shard) = cached(name) {
         return shard;
     }
-    if schema_oid(name) == pg_sys::InvalidOid {
+    if catalog::schema_oid(name).is_none() {
         IdError::SchemaMissing(name.into()).raise()
     }
     IdError::SchemaNotRegistered(name.into()).raise()
@@ -99,7 +89,7 @@ fn shard_of(name: &str) -> Shard {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_schema_id(schema_name: &str) -> i64 {
     crate::shared::state().or_raise();
-    crate::durable::check_writable("next_schema_id");
+    crate::mark::check_writable("next_schema_id");
     ids::mint(shard_of(schema_name), "next_schema_id")
 }
 
@@ -107,10 +97,7 @@ fn next_schema_id(schema_name: &str) -> i64 {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_schema_register(schema_name: &str, shard: i32) {
     let shard = Shard::new(shard).or_raise();
-    let oid = schema_oid(schema_name);
-    if oid == pg_sys::InvalidOid {
-        IdError::SchemaMissing(schema_name.into()).raise()
-    }
+    let oid = catalog::schema_oid(schema_name).ok_or_else(|| IdError::SchemaMissing(schema_name.into())).or_raise();
     register(schema_name, oid, shard);
 }
 
@@ -119,17 +106,14 @@ fn shard_schema_register(schema_name: &str, shard: i32) {
 fn shard_schema_create(schema_name: &str, shard: i32) {
     let shard = Shard::new(shard).or_raise();
     // An error in `register` rolls the new schema back with it.
-    Spi::run(&format!("CREATE SCHEMA {}", quote_ident(schema_name))).or_raise();
-    register(schema_name, schema_oid(schema_name), shard);
-}
-
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+    catalog::run(&format!("CREATE SCHEMA {}", catalog::quote(schema_name)), &[]);
+    let oid = catalog::schema_oid(schema_name).ok_or_else(|| IdError::SchemaMissing(schema_name.into())).or_raise();
+    register(schema_name, oid, shard);
 }
 
 fn check_shard_free(table: &str, shard: Shard) {
     let holder: Option<String> = catalog::query_one(
-        &format!("SELECT n.nspname::text FROM {table} r JOIN pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1"),
+        &format!("SELECT n.nspname::text FROM {table} r JOIN pg_catalog.pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1"),
         &[(shard.index() as i32).into()],
     );
     if let Some(schema) = holder {
@@ -141,19 +125,20 @@ fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
     crate::ownership::check(shard).or_raise();
     let table = registry_table();
     // Registrations queue behind each other, so the checks below stay true
-    // until the insert; readers are not blocked.
-    Spi::run(&format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")).or_raise();
+    // until the insert; readers are not blocked. (A lock without LOCK
+    // TABLE's privilege check: INSERT on the registry is what registering takes.)
+    let rel = catalog::relation(c"shard_schema_registry").ok_or(IdError::NotInstalled).or_raise();
+    catalog::lock(rel, pg_sys::ShareRowExclusiveLock);
     let existing: Option<i32> =
         catalog::query_one(&format!("SELECT shard FROM {table} WHERE schema_oid = $1"), &[oid.into()]);
     if let Some(shard) = existing {
         IdError::SchemaAlreadyRegistered { schema: schema_name.into(), shard }.raise()
     }
     check_shard_free(&table, shard);
-    Spi::run_with_args(
+    catalog::run(
         &format!("INSERT INTO {table} (schema_oid, shard) VALUES ($1, $2)"),
         &[oid.into(), (shard.index() as i32).into()],
-    )
-    .or_raise();
+    );
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -3,10 +3,10 @@
 use std::ffi::{CStr, CString};
 
 use once_cell::sync::OnceCell;
-use pgrx::{pg_sys, GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 use crate::errors::{IdError, OrRaise};
-use crate::layout::parse_epoch;
+use crate::core::layout::parse_epoch;
 
 const EPOCH_NAME: &CStr = c"pg_idgen.epoch";
 /// The default epoch. IDs can carry times from it until 2060-11-03.
@@ -32,7 +32,7 @@ pub fn register(preloading: bool) {
             GucFlags::default(),
         );
         // Refuse to start with an epoch that cannot be parsed.
-        epoch_unix_ms();
+        configured_epoch_ms();
     }
     GucRegistry::define_int_guc(
         c"pg_idgen.max_clock_lead_ms",
@@ -71,37 +71,35 @@ pub fn register(preloading: bool) {
     );
 }
 
-/// The epoch as Unix milliseconds, read once per process.
-pub fn epoch_unix_ms() -> i64 {
+/// The server's epoch as Unix milliseconds, read once per process: the
+/// preloaded library's `pg_idgen.epoch`, fixed at server start. Without the
+/// preload the setting is only a placeholder, which any role could set for
+/// its own session, so it is never read: the default epoch stands in.
+/// Decoding uses the epoch persisted in each database (see `epoch`).
+pub fn configured_epoch_ms() -> i64 {
     *EPOCH_UNIX_MS.get_or_init(|| {
-        let text = configured_epoch().unwrap_or_else(|| DEFAULT_EPOCH.to_string_lossy().into_owned());
+        let text = match EPOCH.get() {
+            Some(v) if crate::shared::is_preloaded() => v.to_string_lossy().into_owned(),
+            _ => DEFAULT_EPOCH.to_string_lossy().into_owned(),
+        };
         parse_epoch(&text).ok_or(IdError::InvalidEpoch(text)).or_raise()
     })
 }
 
-/// The epoch text from the defined setting, or, when the library is not
-/// preloaded, from the server's configuration (a placeholder setting).
-fn configured_epoch() -> Option<String> {
-    if let Some(v) = EPOCH.get() {
-        if crate::shared::is_preloaded() {
-            return Some(v.to_string_lossy().into_owned());
-        }
-    }
-    // SAFETY: GetConfigOption with missing_ok = true returns NULL or a
-    // NUL-terminated string owned by the GUC machinery; we copy it at once.
-    unsafe {
-        let p = pg_sys::GetConfigOption(EPOCH_NAME.as_ptr(), true, false);
-        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
-    }
-}
-
-/// The public-ID key, if set.
+/// The public-ID key, if set. Only the preloaded library's own setting is
+/// read: without the preload it is a placeholder every role can read.
 pub fn public_id_key() -> Option<String> {
+    if !crate::shared::is_preloaded() {
+        IdError::PublicKeyNotPreloaded.raise()
+    }
     PUBLIC_ID_KEY.get().map(|k| k.to_string_lossy().into_owned()).filter(|k| !k.is_empty())
 }
 
+/// Read by the planner hook, which must not panic: no thread check here.
+#[inline]
 pub fn rewrite_time_filters() -> bool {
-    REWRITE_TIME_FILTERS.get()
+    // SAFETY: as in `max_clock_lead_ms`.
+    unsafe { *REWRITE_TIME_FILTERS.as_ptr() }
 }
 
 #[inline]

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 
+use crate::core::generator::{Minted, TickFormat};
+use crate::core::layout::MAX_SHARD;
 use crate::errors::IdError;
-use crate::generator::{Minted, TickFormat};
-use crate::layout::MAX_SHARD;
 
 /// How many databases of one server can mint (each keeps its own mark).
 pub const MAX_DATABASES: usize = 64;
@@ -41,10 +41,10 @@ impl Slot {
         clock_regressions: AtomicU64::new(0),
     };
 
-    /// Counts one value handed out, unless `pg_idgen.track_status` is off.
+    /// Counts one value handed out, when `track` (`pg_idgen.track_status`) is on.
     #[inline]
-    pub fn record(&self, m: &Minted, fmt: TickFormat) {
-        if !crate::settings::track_status() {
+    pub fn record(&self, m: &Minted, fmt: TickFormat, track: bool) {
+        if !track {
             return;
         }
         self.minted.fetch_add(1, Ordering::Relaxed);

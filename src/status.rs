@@ -4,13 +4,14 @@ use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 
-use crate::durable::{self, DbReservation};
+use crate::core::generator::{TickFormat, RETIRED};
+use crate::core::layout::{self, ID_TICKS, MAX_MS};
+use crate::core::uuid_layout::UUID_TICKS;
 use crate::errors::OrRaise;
-use crate::generator::TickFormat;
-use crate::layout::{self, MAX_MS};
+use crate::ids::timestamptz;
+use crate::mark::{self, DbReservation};
 use crate::shared::{self, Slot};
-use crate::ids::{self, timestamptz};
-use crate::{clock, settings, uuid7};
+use crate::{clock, settings};
 
 const MS_PER_YEAR: f64 = 365.25 * 86_400_000.0;
 
@@ -21,24 +22,26 @@ fn last_and_lead(slot: &Slot, fmt: TickFormat, now_ms: i64) -> (i64, i32, i64) {
     (ms, (last & ((1 << fmt.bits) - 1)) as i32, (ms - now_ms).max(0))
 }
 
-/// One row per logical shard that has minted since the server started.
+/// One row per logical shard that has minted since the server started, or
+/// was released (then `released` is true and there is no last ID).
 #[allow(clippy::type_complexity)]
 #[pg_extern(volatile, parallel_safe)]
 fn id_generator_status() -> TableIterator<
     'static,
     (
         name!(shard, i32),
-        name!(last_ts, TimestampWithTimeZone),
-        name!(last_seq, i32),
+        name!(last_ts, Option<TimestampWithTimeZone>),
+        name!(last_seq, Option<i32>),
         name!(minted, i64),
         name!(full_ms_waits, i64),
         name!(borrowed_ms, i64),
         name!(clock_regressions, i64),
-        name!(lead_ms, i64),
+        name!(lead_ms, Option<i64>),
+        name!(released, bool),
     ),
 > {
     let state = shared::state().or_raise();
-    let epoch = settings::epoch_unix_ms();
+    let epoch = settings::configured_epoch_ms();
     let now_ms = clock::unix_us().div_euclid(1000) - epoch;
     let rows: Vec<_> = state
         .shards
@@ -46,16 +49,18 @@ fn id_generator_status() -> TableIterator<
         .enumerate()
         .filter(|(_, slot)| slot.last.load(Ordering::Acquire) != 0)
         .map(|(shard, slot)| {
-            let (ms, seq, lead) = last_and_lead(slot, ids::TICKS, now_ms);
+            let released = slot.last.load(Ordering::Acquire) == RETIRED;
+            let (ms, seq, lead) = last_and_lead(slot, ID_TICKS, now_ms);
             (
                 shard as i32,
-                timestamptz(layout::timestamptz_of_ms(ms, epoch)),
-                seq,
+                (!released).then(|| timestamptz(layout::timestamptz_of_ms(ms, epoch))),
+                (!released).then_some(seq),
                 slot.minted.load(Ordering::Relaxed) as i64,
                 slot.waits.load(Ordering::Relaxed) as i64,
                 slot.borrowed_ms.load(Ordering::Relaxed) as i64,
                 slot.clock_regressions.load(Ordering::Relaxed) as i64,
-                lead,
+                (!released).then_some(lead),
+                released,
             )
         })
         .collect();
@@ -80,15 +85,15 @@ fn id_generator_server_status() -> TableIterator<
     ),
 > {
     let state = shared::state().or_raise();
-    let epoch = settings::epoch_unix_ms();
+    let epoch = settings::configured_epoch_ms();
     let now_ms = clock::unix_us().div_euclid(1000);
     let reserved = DbReservation::current(epoch).reserved_until_ms();
-    let (_, _, uuid_lead) = last_and_lead(&state.uuid, uuid7::TICKS, now_ms);
+    let (_, _, uuid_lead) = last_and_lead(&state.uuid, UUID_TICKS, now_ms);
     TableIterator::once((
         timestamptz(layout::timestamptz_of_ms(0, epoch)),
         timestamptz(layout::timestamptz_of_ms(MAX_MS, epoch)),
         (MAX_MS + epoch - now_ms) as f64 / MS_PER_YEAR,
-        timestamptz(layout::timestamptz_of_ms(durable::persisted_ms(), 0)),
+        timestamptz(layout::timestamptz_of_ms(mark::persisted_ms(), 0)),
         (reserved != 0).then(|| timestamptz(layout::timestamptz_of_ms(reserved, 0))),
         state.uuid.minted.load(Ordering::Relaxed) as i64,
         state.uuid.clock_regressions.load(Ordering::Relaxed) as i64,
@@ -139,6 +144,17 @@ mod tests {
         assert_eq!(one::<i64>("SELECT minted FROM id_generator_status() WHERE shard = 303"), 1);
         assert_eq!(one::<i64>("SELECT id_from_parts(last_ts, 303, last_seq) FROM id_generator_status() WHERE shard = 303"), last);
         assert_eq!(one::<String>("SELECT context FROM pg_settings WHERE name = 'pg_idgen.track_status'"), "superuser");
+    }
+
+    #[pg_test]
+    fn released_shards_show_as_released() {
+        Spi::run("SELECT shard_claim(0, 9); SELECT next_shard_id(5); SELECT shard_release(5)").unwrap();
+        let row: String = one(
+            "SELECT released || ' ' || (last_ts IS NULL) || ' ' || (lead_ms IS NULL) || ' ' || minted
+               FROM id_generator_status() WHERE shard = 5",
+        );
+        assert_eq!(row, "true true true 1");
+        assert!(!one::<bool>("SELECT bool_or(released) FROM id_generator_status() WHERE shard <> 5"));
     }
 
     #[pg_test]

@@ -8,74 +8,68 @@
 //! methods 3 and 1 together): `ms << 12 | rand_a` is a generator tick, so the
 //! generator of the 64-bit IDs also orders UUIDs. With the library preloaded
 //! one shared tick orders every backend's values; without it, each backend's.
-//! rand_b comes from a per-backend CSPRNG.
+//! rand_b comes from a per-backend CSPRNG. The layout arithmetic is in
+//! `core::uuid_layout`.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use pgrx::prelude::*;
-use uuid::{Builder, Variant, Version};
 
-use crate::errors::{IdError, OrRaise};
-use crate::durable::DbReservation;
-use crate::generator::{self, TickFormat, Unreserved};
-use crate::{clock, layout, random, settings, shared};
+use crate::backend::BackendLocal;
+use crate::core::error::CoreError;
+use crate::core::generator::{self, Unreserved};
+use crate::core::layout;
+use crate::core::uuid_layout::{self, UUID_TICKS};
+use crate::errors::OrRaise;
+use crate::mark::{self, DbReservation};
+use crate::{clock, random, settings, shared};
 
-const RAND_A_BITS: u32 = 12;
-pub const TICKS: TickFormat = TickFormat { bits: RAND_A_BITS, max_ms: (1 << 48) - 1 };
-
-/// The tick of a Unix time in microseconds: ms and a 12-bit fraction of it.
-fn tick_of_unix_us(us: i64) -> Result<u64, IdError> {
-    let ms = us.div_euclid(1000);
-    if !(0..=TICKS.max_ms).contains(&ms) {
-        return Err(IdError::TimeOutOfRange);
-    }
-    let fraction = (us.rem_euclid(1000) << RAND_A_BITS) / 1000;
-    Ok(((ms as u64) << RAND_A_BITS) | fraction as u64)
-}
-
-/// The UUID of a tick and 62 random bits (the top two of `rand` are unused).
+/// The UUID of a tick and 62 random bits.
 fn from_tick(tick: u64, rand: u64) -> pgrx::Uuid {
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&((tick >> RAND_A_BITS) << 16 | (tick & 0xfff)).to_be_bytes());
-    b[8..].copy_from_slice(&rand.to_be_bytes());
-    let u = Builder::from_bytes(b).with_version(Version::SortRand).with_variant(Variant::RFC4122).into_uuid();
-    pgrx::Uuid::from_bytes(*u.as_bytes())
+    pgrx::Uuid::from_bytes(uuid_layout::bytes_of_tick(tick, rand))
 }
 
-/// The Unix millisecond of a version-7 UUID, or None for other versions.
-fn unix_ms(u: &pgrx::Uuid) -> Option<i64> {
-    let u = uuid::Uuid::from_bytes(*u.as_bytes());
-    if u.get_version_num() != 7 || u.get_variant() != Variant::RFC4122 {
-        return None;
-    }
-    let b = u.as_bytes();
-    Some(b[..6].iter().fold(0i64, |acc, &x| (acc << 8) | x as i64))
-}
-
-/// Per-backend state, for servers that did not preload the library.
+/// This backend's own generator: the only one without the preload, and in
+/// read-only transactions (where the mark cannot be written) the one that
+/// continues above everything this backend handed out before.
 static LOCAL: AtomicU64 = AtomicU64::new(0);
+/// The backend has minted from `LOCAL` while preloaded: its shared mints
+/// must now stay above it too.
+static LOCAL_USED: BackendLocal<bool> = BackendLocal::new(false);
 
-fn now_tick() -> Result<u64, IdError> {
-    tick_of_unix_us(clock::unix_us()).map_err(|_| IdError::ClockOutOfRange)
+fn now_tick() -> Result<u64, CoreError> {
+    uuid_layout::tick_of_unix_us(clock::unix_us()).map_err(|_| CoreError::ClockOutOfRange)
 }
 
 /// A new version-7 UUID, larger than every one minted before on this server.
 /// Without the preload, or in a read-only transaction (a hot standby, say),
 /// where the high-water mark cannot be written: larger than every one minted
-/// before in this backend.
+/// before in this backend. Either way, strictly increasing within a backend.
 #[pg_extern(volatile, parallel_unsafe)]
 fn uuid_v7() -> pgrx::Uuid {
     let lead = settings::max_clock_lead_ms();
-    // SAFETY: reads a plain global flag of this backend.
-    let read_only = unsafe { pg_sys::XactReadOnly };
     let tick = match shared::state() {
-        Ok(state) if !read_only => {
-            let minted = generator::mint(&state.uuid.last, TICKS, lead, &DbReservation::current(0), now_tick, clock::sleep_ms)
-                .or_raise();
-            state.uuid.record(&minted, TICKS);
+        Ok(state) if !mark::read_only() => {
+            if LOCAL_USED.get() {
+                // Continue above what read-only transactions handed out.
+                state.uuid.last.fetch_max(LOCAL.load(Ordering::Relaxed), Ordering::AcqRel);
+            }
+            let minted =
+                generator::mint(&state.uuid.last, UUID_TICKS, lead, &DbReservation::current(0), now_tick, clock::sleep_ms)
+                    .or_raise();
+            state.uuid.record(&minted, UUID_TICKS, settings::track_status());
+            if LOCAL_USED.get() {
+                LOCAL.fetch_max(minted.tick, Ordering::Relaxed);
+            }
             minted.tick
         }
-        _ => generator::mint(&LOCAL, TICKS, lead, &Unreserved, now_tick, clock::sleep_ms).or_raise().tick,
+        Ok(state) => {
+            // Read-only: continue above this backend's last shared value, too.
+            LOCAL_USED.set(true);
+            LOCAL.fetch_max(state.uuid.last.load(Ordering::Acquire), Ordering::Relaxed);
+            generator::mint(&LOCAL, UUID_TICKS, lead, &Unreserved, now_tick, clock::sleep_ms).or_raise().tick
+        }
+        Err(_) => generator::mint(&LOCAL, UUID_TICKS, lead, &Unreserved, now_tick, clock::sleep_ms).or_raise().tick,
     };
     from_tick(tick, random::next_u64())
 }
@@ -83,14 +77,14 @@ fn uuid_v7() -> pgrx::Uuid {
 /// A version-7 UUID carrying the given time (for backfilling and tests).
 #[pg_extern(volatile, parallel_safe, strict, name = "uuid_v7")]
 fn uuid_v7_at(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    let tick = unix_us_of(ts).and_then(tick_of_unix_us).or_raise();
+    let tick = unix_us_of(ts).and_then(uuid_layout::tick_of_unix_us).or_raise();
     from_tick(tick, random::next_u64())
 }
 
-fn unix_us_of(ts: TimestampWithTimeZone) -> Result<i64, IdError> {
+fn unix_us_of(ts: TimestampWithTimeZone) -> Result<i64, CoreError> {
     let us: i64 = ts.into();
     if !ts.is_finite() {
-        return Err(IdError::TimeOutOfRange);
+        return Err(CoreError::TimeOutOfRange);
     }
     Ok(layout::unix_ms_of_timestamptz(us) * 1000 + us.rem_euclid(1000))
 }
@@ -98,40 +92,37 @@ fn unix_us_of(ts: TimestampWithTimeZone) -> Result<i64, IdError> {
 /// The time carried by a version-7 UUID, to the millisecond; NULL for other versions.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn uuid_v7_ts(u: pgrx::Uuid) -> Option<TimestampWithTimeZone> {
-    let ms = unix_ms(&u)?;
+    let ms = uuid_layout::unix_ms(u.as_bytes())?;
     TimestampWithTimeZone::try_from(layout::timestamptz_of_ms(ms, 0)).ok()
+}
+
+fn bound(ts: TimestampWithTimeZone, upper: bool) -> Result<pgrx::Uuid, CoreError> {
+    let (lo, hi) = uuid_layout::bounds_of_tick(unix_us_of(ts).and_then(uuid_layout::tick_of_unix_us)?);
+    Ok(pgrx::Uuid::from_bytes(if upper { hi } else { lo }))
 }
 
 /// The smallest version-7 UUID of the millisecond of `ts`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn uuid_v7_lower_bound(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    let tick = unix_us_of(ts).and_then(tick_of_unix_us).or_raise();
-    from_tick(tick >> RAND_A_BITS << RAND_A_BITS, 0)
+    bound(ts, false).or_raise()
 }
 
 /// The largest version-7 UUID of the millisecond of `ts`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn uuid_v7_upper_bound(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    let tick = unix_us_of(ts).and_then(tick_of_unix_us).or_raise();
-    from_tick(tick | 0xfff, u64::MAX)
+    bound(ts, true).or_raise()
 }
 
 /// `uuid_v7_lower_bound` for any time: the nil UUID before 1970, the max UUID past the 48-bit range.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn uuid_v7_lower_bound_clamped(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    match unix_us_of(ts).and_then(tick_of_unix_us) {
-        Ok(tick) => from_tick(tick >> RAND_A_BITS << RAND_A_BITS, 0),
-        Err(_) => clamp_side(ts),
-    }
+    bound(ts, false).unwrap_or_else(|_| clamp_side(ts))
 }
 
 /// `uuid_v7_upper_bound` for any time: the nil UUID before 1970, the max UUID past the 48-bit range.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn uuid_v7_upper_bound_clamped(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    match unix_us_of(ts).and_then(tick_of_unix_us) {
-        Ok(tick) => from_tick(tick | 0xfff, u64::MAX),
-        Err(_) => clamp_side(ts),
-    }
+    bound(ts, true).unwrap_or_else(|_| clamp_side(ts))
 }
 
 fn clamp_side(ts: TimestampWithTimeZone) -> pgrx::Uuid {
@@ -139,20 +130,6 @@ fn clamp_side(ts: TimestampWithTimeZone) -> pgrx::Uuid {
         pgrx::Uuid::from_bytes([0; 16])
     } else {
         pgrx::Uuid::from_bytes([0xff; 16])
-    }
-}
-
-#[cfg(test)]
-mod unit {
-    use super::*;
-
-    #[test]
-    fn ticks_carry_ms_and_a_fraction() {
-        assert_eq!(tick_of_unix_us(1_500), Ok((1 << 12) | 2048));
-        assert_eq!(tick_of_unix_us(999), Ok(4091));
-        assert_eq!(tick_of_unix_us(-1), Err(IdError::TimeOutOfRange));
-        assert_eq!(tick_of_unix_us(((1 << 48) - 1) * 1000 + 999), Ok(((1 << 48) - 1) << 12 | 4091));
-        assert_eq!(tick_of_unix_us((1 << 48) * 1000), Err(IdError::TimeOutOfRange));
     }
 }
 
@@ -176,6 +153,20 @@ mod tests {
         let bad: i64 = one(
             "SELECT count(*) FROM (SELECT u, lag(u) OVER (ORDER BY n) AS prev
                FROM (SELECT n, uuid_v7() AS u FROM generate_series(1, 100000) n) s) t WHERE u <= prev",
+        );
+        assert_eq!(bad, 0);
+    }
+
+    #[pg_test]
+    fn read_only_transactions_continue_above_the_last_uuid() {
+        // Far ahead of the clock: 300,000 values in one statement borrow time.
+        let last: pgrx::Uuid = one("SELECT max(u) FROM (SELECT uuid_v7() AS u FROM generate_series(1, 300000)) s");
+        Spi::run("SET transaction_read_only = on").unwrap();
+        let ro: pgrx::Uuid = one("SELECT uuid_v7()");
+        assert!(ro.as_bytes() > last.as_bytes(), "{ro} after {last}");
+        let bad: i64 = one(
+            "SELECT count(*) FROM (SELECT u, lag(u) OVER (ORDER BY n) AS prev
+               FROM (SELECT n, uuid_v7() AS u FROM generate_series(1, 1000) n) s) t WHERE u <= prev",
         );
         assert_eq!(bad, 0);
     }

@@ -240,9 +240,15 @@ impl Server {
     }
 
     pub fn client_db(&self, db: &str) -> Client {
+        self.client_as(db, "postgres")
+    }
+
+    /// A session of role `user` in database `db`.
+    pub fn client_as(&self, db: &str, user: &str) -> Client {
+        let conninfo = format!("host={} port={PORT} user={user} dbname={db}", self.dir.display());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            match Client::connect(&self.conninfo(db), NoTls) {
+            match Client::connect(&conninfo, NoTls) {
                 Ok(c) => return c,
                 Err(e) if Instant::now() < deadline => {
                     let _ = e;

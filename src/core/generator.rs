@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::errors::IdError;
+use super::error::CoreError;
 
 /// The state of a generator whose shard was released to another server:
 /// nothing more is handed out from it.
@@ -72,7 +72,7 @@ pub trait Reservation {
     fn covers(&self, ms: i64) -> bool;
     /// Extends the reservation to cover `ms`. It may raise the generator's
     /// state (to a floor recovered from disk), so the caller starts over.
-    fn extend(&self, ms: i64) -> Result<(), IdError>;
+    fn extend(&self, ms: i64) -> Result<(), CoreError>;
 }
 
 /// No persistence: every value is covered.
@@ -82,7 +82,7 @@ impl Reservation for Unreserved {
     fn covers(&self, _ms: i64) -> bool {
         true
     }
-    fn extend(&self, _ms: i64) -> Result<(), IdError> {
+    fn extend(&self, _ms: i64) -> Result<(), CoreError> {
         Ok(())
     }
 }
@@ -103,14 +103,14 @@ pub fn raise_floor(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
 /// ahead of the clock by at most `max_lead_ms`; a little beyond that it waits,
 /// further beyond it is an error. It never goes back.
 #[inline]
-pub fn step(last: u64, now: u64, fmt: TickFormat, max_lead_ms: i64) -> Result<Step, IdError> {
+pub fn step(last: u64, now: u64, fmt: TickFormat, max_lead_ms: i64) -> Result<Step, CoreError> {
     if last == RETIRED {
-        return Err(IdError::ShardReleased(None));
+        return Err(CoreError::ShardReleased(None));
     }
     let next = last.saturating_add(1).max(now);
     let next_ms = (next >> fmt.bits) as i64;
     if next_ms > fmt.max_ms {
-        return Err(IdError::ClockOutOfRange);
+        return Err(CoreError::ClockOutOfRange);
     }
     let ahead = next_ms - (now >> fmt.bits) as i64;
     if ahead <= max_lead_ms {
@@ -118,7 +118,7 @@ pub fn step(last: u64, now: u64, fmt: TickFormat, max_lead_ms: i64) -> Result<St
     } else if ahead - max_lead_ms <= MAX_WAIT_MS {
         Ok(Step::Wait(ahead - max_lead_ms))
     } else {
-        Err(IdError::ClockBehind { shard: None, ahead_ms: ahead, max_lead_ms })
+        Err(CoreError::ClockBehind { shard: None, ahead_ms: ahead, max_lead_ms })
     }
 }
 
@@ -135,9 +135,9 @@ pub fn mint(
     fmt: TickFormat,
     max_lead_ms: i64,
     reservation: &impl Reservation,
-    mut clock: impl FnMut() -> Result<u64, IdError>,
+    mut clock: impl FnMut() -> Result<u64, CoreError>,
     mut sleep: impl FnMut(i64),
-) -> Result<Minted, IdError> {
+) -> Result<Minted, CoreError> {
     let mut last = cell.load(Ordering::Acquire);
     let mut waited_ms = 0;
     let mut extensions = 0;
@@ -146,7 +146,7 @@ pub fn mint(
         match step(last, now, fmt, max_lead_ms)? {
             Step::Take(tick) if !reservation.covers((tick >> fmt.bits) as i64) => {
                 if extensions == MAX_EXTENSIONS {
-                    return Err(IdError::Internal("the high-water mark did not cover the next value".into()));
+                    return Err(CoreError::Internal("the high-water mark did not cover the next value".into()));
                 }
                 extensions += 1;
                 reservation.extend((tick >> fmt.bits) as i64)?;
@@ -162,7 +162,7 @@ pub fn mint(
                 last = cell.load(Ordering::Acquire);
             }
             Step::Wait(ms) => {
-                return Err(IdError::ClockBehind { shard: None, ahead_ms: ms + max_lead_ms, max_lead_ms });
+                return Err(CoreError::ClockBehind { shard: None, ahead_ms: ms + max_lead_ms, max_lead_ms });
             }
         }
     }
@@ -212,7 +212,7 @@ mod tests {
     fn clock_back_past_the_lead_is_an_error_not_a_wrap() {
         assert_eq!(
             step(t(10_000, 3), t(5_000, 0), FMT, 1_000),
-            Err(IdError::ClockBehind { shard: None, ahead_ms: 5_000, max_lead_ms: 1_000 })
+            Err(CoreError::ClockBehind { shard: None, ahead_ms: 5_000, max_lead_ms: 1_000 })
         );
         // A little past the lead: wait for the clock instead.
         assert_eq!(step(t(10_000, 3), t(8_500, 0), FMT, 1_000), Ok(Step::Wait(500)));
@@ -220,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_retired_generator_hands_out_nothing() {
-        assert_eq!(step(RETIRED, t(5, 0), FMT, 10), Err(IdError::ShardReleased(None)));
+        assert_eq!(step(RETIRED, t(5, 0), FMT, 10), Err(CoreError::ShardReleased(None)));
         let cell = AtomicU64::new(RETIRED);
         raise_floor(&cell, FMT, 1_000);
         assert_eq!(cell.load(Ordering::Relaxed), RETIRED, "a recovered floor does not revive it");
@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn end_of_range_is_an_error() {
-        assert_eq!(step(t(FMT.max_ms as u64, 1023), t(FMT.max_ms as u64, 0), FMT, 10), Err(IdError::ClockOutOfRange));
+        assert_eq!(step(t(FMT.max_ms as u64, 1023), t(FMT.max_ms as u64, 0), FMT, 10), Err(CoreError::ClockOutOfRange));
     }
 
     #[test]
@@ -252,7 +252,7 @@ mod tests {
         let cell = AtomicU64::new(t(100, 1023));
         let mut slept = 0;
         let r = mint(&cell, FMT, 0, &Unreserved, || Ok(t(100, 0)), |ms| slept += ms);
-        assert!(matches!(r, Err(IdError::ClockBehind { .. })), "{r:?}");
+        assert!(matches!(r, Err(CoreError::ClockBehind { .. })), "{r:?}");
         assert!(slept >= MAX_WAIT_MS && slept <= MAX_WAIT_MS + 1, "{slept}");
         assert_eq!(cell.load(Ordering::Relaxed), t(100, 1023), "nothing handed out");
     }
@@ -280,7 +280,7 @@ mod tests {
         fn covers(&self, ms: i64) -> bool {
             ms <= self.reserved.get()
         }
-        fn extend(&self, ms: i64) -> Result<(), IdError> {
+        fn extend(&self, ms: i64) -> Result<(), CoreError> {
             if let Some(floor) = self.floor.take() {
                 raise_floor(self.cell, FMT, floor);
             }
@@ -315,7 +315,7 @@ mod tests {
         let cell = AtomicU64::new(0);
         let r = TestReservation { cell: &cell, reserved: Cell::new(0), floor: Cell::new(Some(600_000)), extensions: Cell::new(0) };
         let e = mint(&cell, FMT, 10_000, &r, || Ok(t(1_000, 0)), |_| {}).unwrap_err();
-        assert_eq!(e, IdError::ClockBehind { shard: None, ahead_ms: 599_000, max_lead_ms: 10_000 });
+        assert_eq!(e, CoreError::ClockBehind { shard: None, ahead_ms: 599_000, max_lead_ms: 10_000 });
     }
 
     #[test]
@@ -331,7 +331,7 @@ mod tests {
             assert!(got <= 5000);
         };
         assert_eq!(got, 4 * 1024);
-        assert!(matches!(err, IdError::ClockBehind { .. }));
+        assert!(matches!(err, CoreError::ClockBehind { .. }));
     }
 
     #[test]

@@ -9,23 +9,25 @@
 //! the reservation by [`RESERVE_MS`] with `setval` (one WAL record, replayed
 //! by standbys) and flushes the WAL before handing anything out under it.
 //! After a server start, the first extension in each database loads M and
-//! raises every generator above it, whatever the clock says.
+//! raises every generator above it, whatever the clock says. The sequence is
+//! found and written only through `catalog`.
 
 use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 
 use crate::backend::BackendLocal;
+use crate::core::error::CoreError;
+use crate::core::generator::{self, Reservation};
+use crate::core::layout::ID_TICKS;
+use crate::core::uuid_layout::UUID_TICKS;
 use crate::errors::{IdError, OrRaise};
-use crate::generator::{self, Reservation};
 use crate::shared::{self, DbMark};
-use crate::{catalog, clock, settings};
+use crate::{catalog, clock, epoch, settings};
 
 /// How far ahead of the values handed out each extension reserves. After a
 /// crash, minting starts up to this far ahead of the clock.
 pub const RESERVE_MS: i64 = 1000;
-
-const SEQUENCE: &str = "pg_idgen_hwm";
 
 extension_sql!(
     r#"
@@ -38,6 +40,12 @@ SELECT pg_catalog.pg_extension_config_dump('pg_idgen_hwm', '');
 );
 
 static MY_MARK: BackendLocal<Option<&'static DbMark>> = BackendLocal::new(None);
+
+/// The mark's sequence in this database, found by catalog lookup in the
+/// extension's schema (never through `search_path`).
+fn sequence() -> pg_sys::Oid {
+    catalog::relation(c"pg_idgen_hwm").ok_or(IdError::NotInstalled).or_raise()
+}
 
 /// The reservation of the current database, for a generator whose
 /// milliseconds are `offset_ms` behind Unix milliseconds.
@@ -80,7 +88,7 @@ impl Reservation for DbReservation {
         ms + self.offset_ms <= self.mark.reserved_ms.load(Ordering::Acquire)
     }
 
-    fn extend(&self, ms: i64) -> Result<(), IdError> {
+    fn extend(&self, ms: i64) -> Result<(), CoreError> {
         extend(self.mark, ms + self.offset_ms);
         Ok(())
     }
@@ -88,16 +96,14 @@ impl Reservation for DbReservation {
 
 /// The persisted mark of the current database (Unix ms), read as the superuser.
 pub fn persisted_ms() -> i64 {
-    as_superuser(read_mark)
-}
-
-fn read_mark() -> i64 {
-    catalog::query_one(&format!("SELECT last_value FROM {}", catalog::qualified(SEQUENCE)), &[]).unwrap_or(0)
+    let seq = sequence();
+    as_superuser(|| catalog::sequence_value(seq))
 }
 
 /// Runs `f` with the bootstrap superuser's rights: the sequence is the
 /// extension's, and users who mint need no privileges on it (nor may they
-/// move it).
+/// move it). Only pinned, fully qualified SQL runs inside (see `catalog`),
+/// so no object of the caller's can run with these rights.
 fn as_superuser<T>(f: impl FnOnce() -> T) -> T {
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
     // SAFETY: saves and switches the current user the way PostgreSQL's own
@@ -118,28 +124,26 @@ fn as_superuser<T>(f: impl FnOnce() -> T) -> T {
 
 /// Extends the current database's reservation to cover Unix millisecond `need_ms`.
 fn extend(mark: &DbMark, need_ms: i64) {
-    let seq = catalog::query_one("SELECT to_regclass($1)::oid", &[catalog::qualified(SEQUENCE).into()])
-        .unwrap_or(pg_sys::InvalidOid);
+    let seq = sequence();
     // One extension at a time per database; interruptible and seen by the
     // deadlock detector, and released as soon as the mark is written.
-    // SAFETY: a heavyweight lock on the extension's sequence, released below
-    // or by the transaction's abort.
-    unsafe { pg_sys::LockRelationOid(seq, pg_sys::ShareUpdateExclusiveLock as i32) };
+    catalog::lock(seq, pg_sys::ShareUpdateExclusiveLock);
     if mark.reserved_ms.load(Ordering::Acquire) < need_ms {
         as_superuser(|| write_mark(mark, seq, need_ms));
     }
-    // SAFETY: releases the lock taken above.
-    unsafe { pg_sys::UnlockRelationOid(seq, pg_sys::ShareUpdateExclusiveLock as i32) };
+    catalog::unlock(seq, pg_sys::ShareUpdateExclusiveLock);
 }
 
 fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
-    let persisted = read_mark();
+    let persisted = catalog::sequence_value(seq);
     if mark.reserved_ms.load(Ordering::Acquire) == 0 {
         raise_floor(persisted);
     }
+    // Until a transaction that recorded it commits, every extension tries again.
+    epoch::record_if_missing();
     let now_ms = clock::unix_us().div_euclid(1000);
     let target = need_ms.max(now_ms).max(persisted) + RESERVE_MS;
-    Spi::run_with_args("SELECT pg_catalog.setval($1, $2, true)", &[seq.into(), target.into()]).or_raise();
+    catalog::set_sequence(seq, target);
     // The mark is on disk before any value under it is handed out, whether
     // or not the transaction that wrote it commits.
     // SAFETY: flushes WAL that has been inserted; no preconditions.
@@ -150,21 +154,26 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
 /// Raises every generator so that its next value lies after Unix millisecond `persisted_ms`.
 fn raise_floor(persisted_ms: i64) {
     let state = shared::state().or_raise();
-    let epoch = settings::epoch_unix_ms();
+    let epoch = settings::configured_epoch_ms();
     for slot in &state.shards {
-        generator::raise_floor(&slot.last, crate::ids::TICKS, persisted_ms + 1 - epoch);
+        generator::raise_floor(&slot.last, ID_TICKS, persisted_ms + 1 - epoch);
     }
-    generator::raise_floor(&state.uuid.last, crate::uuid7::TICKS, persisted_ms + 1);
+    generator::raise_floor(&state.uuid.last, UUID_TICKS, persisted_ms + 1);
 }
 
 /// Refuses to mint in a read-only transaction (and so on a hot standby), as
 /// `nextval` does: the mark could not be written there.
 #[inline]
 pub fn check_writable(function: &'static str) {
-    // SAFETY: reads a plain global flag of this backend.
-    if unsafe { pg_sys::XactReadOnly } {
+    if read_only() {
         IdError::ReadOnly(function).raise()
     }
+}
+
+#[inline]
+pub fn read_only() -> bool {
+    // SAFETY: reads a plain global flag of this backend.
+    unsafe { pg_sys::XactReadOnly }
 }
 
 #[cfg(any(test, feature = "pg_test"))]

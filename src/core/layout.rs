@@ -14,7 +14,8 @@
 //! Times cross this module as PostgreSQL `timestamptz` values (microseconds
 //! since 2000-01-01 UTC) and the epoch as milliseconds since 1970-01-01 UTC.
 
-use crate::errors::IdError;
+use super::error::CoreError;
+use super::generator::TickFormat;
 
 pub const SHARD_BITS: u32 = 13;
 pub const SEQ_BITS: u32 = 10;
@@ -25,6 +26,9 @@ pub const MAX_SEQ: i32 = (1 << SEQ_BITS) - 1;
 /// (the sign bit of the `bigint`) clear.
 pub const MAX_MS: i64 = i64::MAX >> (SHARD_BITS + SEQ_BITS);
 
+/// Generator ticks of the 64-bit IDs: epoch milliseconds and the 10-bit sequence.
+pub const ID_TICKS: TickFormat = TickFormat { bits: SEQ_BITS, max_ms: MAX_MS };
+
 /// Microseconds from 1970-01-01 to 2000-01-01 (PostgreSQL's own epoch).
 const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;
 
@@ -33,11 +37,11 @@ const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;
 pub struct Shard(u16);
 
 impl Shard {
-    pub fn new(shard: i32) -> Result<Shard, IdError> {
+    pub fn new(shard: i32) -> Result<Shard, CoreError> {
         if (0..=MAX_SHARD).contains(&shard) {
             Ok(Shard(shard as u16))
         } else {
-            Err(IdError::ShardOutOfRange(shard))
+            Err(CoreError::ShardOutOfRange(shard))
         }
     }
 
@@ -63,20 +67,20 @@ pub fn from_tick(tick: u64, shard: Shard) -> i64 {
     ((ms << (SHARD_BITS + SEQ_BITS)) | ((shard.0 as u64) << SEQ_BITS) | seq) as i64
 }
 
-pub fn compose(parts: Parts) -> Result<i64, IdError> {
+pub fn compose(parts: Parts) -> Result<i64, CoreError> {
     if !(0..=MAX_MS).contains(&parts.ms) {
-        return Err(IdError::TimeOutOfRange);
+        return Err(CoreError::TimeOutOfRange);
     }
     let shard = Shard::new(parts.shard)?;
     if !(0..=MAX_SEQ).contains(&parts.seq) {
-        return Err(IdError::SeqOutOfRange(parts.seq));
+        return Err(CoreError::SeqOutOfRange(parts.seq));
     }
     Ok(from_tick(((parts.ms as u64) << SEQ_BITS) | parts.seq as u64, shard))
 }
 
-pub fn decompose(id: i64) -> Result<Parts, IdError> {
+pub fn decompose(id: i64) -> Result<Parts, CoreError> {
     if id < 0 {
-        return Err(IdError::NegativeId(id));
+        return Err(CoreError::NegativeId(id));
     }
     Ok(Parts {
         ms: id >> (SHARD_BITS + SEQ_BITS),
@@ -86,27 +90,27 @@ pub fn decompose(id: i64) -> Result<Parts, IdError> {
 }
 
 /// The smallest ID that can carry millisecond `ms`.
-pub fn lower_bound(ms: i64) -> Result<i64, IdError> {
+pub fn lower_bound(ms: i64) -> Result<i64, CoreError> {
     compose(Parts { ms, shard: 0, seq: 0 })
 }
 
 /// The largest ID that can carry millisecond `ms`.
-pub fn upper_bound(ms: i64) -> Result<i64, IdError> {
+pub fn upper_bound(ms: i64) -> Result<i64, CoreError> {
     compose(Parts { ms, shard: MAX_SHARD, seq: MAX_SEQ })
 }
 
 /// The epoch-relative millisecond holding a `timestamptz` (rounded down).
 /// Out of the range IDs carry (before the epoch, too late, or infinite) is an error.
-pub fn ms_of_timestamptz(ts_us: i64, epoch_unix_ms: i64) -> Result<i64, IdError> {
+pub fn ms_of_timestamptz(ts_us: i64, epoch_unix_ms: i64) -> Result<i64, CoreError> {
     if ts_us == i64::MIN || ts_us == i64::MAX {
-        return Err(IdError::TimeOutOfRange);
+        return Err(CoreError::TimeOutOfRange);
     }
     let unix_ms = ts_us.saturating_add(PG_EPOCH_UNIX_US).div_euclid(1000);
     let ms = unix_ms - epoch_unix_ms;
     if (0..=MAX_MS).contains(&ms) {
         Ok(ms)
     } else {
-        Err(IdError::TimeOutOfRange)
+        Err(CoreError::TimeOutOfRange)
     }
 }
 
@@ -222,12 +226,12 @@ mod tests {
 
     #[test]
     fn out_of_range_parts_are_errors() {
-        assert_eq!(compose(Parts { ms: 0, shard: 8192, seq: 0 }), Err(IdError::ShardOutOfRange(8192)));
-        assert_eq!(compose(Parts { ms: 0, shard: -1, seq: 0 }), Err(IdError::ShardOutOfRange(-1)));
-        assert_eq!(compose(Parts { ms: 0, shard: 0, seq: 1024 }), Err(IdError::SeqOutOfRange(1024)));
-        assert_eq!(compose(Parts { ms: -1, shard: 0, seq: 0 }), Err(IdError::TimeOutOfRange));
-        assert_eq!(compose(Parts { ms: MAX_MS + 1, shard: 0, seq: 0 }), Err(IdError::TimeOutOfRange));
-        assert_eq!(decompose(-5), Err(IdError::NegativeId(-5)));
+        assert_eq!(compose(Parts { ms: 0, shard: 8192, seq: 0 }), Err(CoreError::ShardOutOfRange(8192)));
+        assert_eq!(compose(Parts { ms: 0, shard: -1, seq: 0 }), Err(CoreError::ShardOutOfRange(-1)));
+        assert_eq!(compose(Parts { ms: 0, shard: 0, seq: 1024 }), Err(CoreError::SeqOutOfRange(1024)));
+        assert_eq!(compose(Parts { ms: -1, shard: 0, seq: 0 }), Err(CoreError::TimeOutOfRange));
+        assert_eq!(compose(Parts { ms: MAX_MS + 1, shard: 0, seq: 0 }), Err(CoreError::TimeOutOfRange));
+        assert_eq!(decompose(-5), Err(CoreError::NegativeId(-5)));
     }
 
     #[test]
@@ -256,15 +260,15 @@ mod tests {
         let ts = (epoch * 1000 + 1500) - PG_EPOCH_UNIX_US;
         assert_eq!(ms_of_timestamptz(ts, epoch), Ok(1));
         assert_eq!(timestamptz_of_ms(1, epoch), ts - 500);
-        assert_eq!(ms_of_timestamptz(ts - 2000, epoch), Err(IdError::TimeOutOfRange));
-        assert_eq!(ms_of_timestamptz(i64::MAX, epoch), Err(IdError::TimeOutOfRange));
-        assert_eq!(ms_of_timestamptz(i64::MIN, epoch), Err(IdError::TimeOutOfRange));
+        assert_eq!(ms_of_timestamptz(ts - 2000, epoch), Err(CoreError::TimeOutOfRange));
+        assert_eq!(ms_of_timestamptz(i64::MAX, epoch), Err(CoreError::TimeOutOfRange));
+        assert_eq!(ms_of_timestamptz(i64::MIN, epoch), Err(CoreError::TimeOutOfRange));
         // The latest finite timestamptz (294276 AD) does not overflow.
-        assert_eq!(ms_of_timestamptz(9_223_371_331_199_999_999, epoch), Err(IdError::TimeOutOfRange));
+        assert_eq!(ms_of_timestamptz(9_223_371_331_199_999_999, epoch), Err(CoreError::TimeOutOfRange));
         assert!(unix_ms_of_timestamptz(i64::MAX) > 0);
         let last = timestamptz_of_ms(MAX_MS, epoch);
         assert_eq!(ms_of_timestamptz(last + 999, epoch), Ok(MAX_MS));
-        assert_eq!(ms_of_timestamptz(last + 1000, epoch), Err(IdError::TimeOutOfRange));
+        assert_eq!(ms_of_timestamptz(last + 1000, epoch), Err(CoreError::TimeOutOfRange));
     }
 
     #[test]

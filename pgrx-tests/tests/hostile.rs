@@ -1,0 +1,287 @@
+//! A hostile role: no superuser, CREATE on one schema of its own, a
+//! `search_path` of its choosing, functions and operators that shadow
+//! built-ins. Each attack asserts the exact outcome: the role is still not
+//! superuser, none of its functions ran as another role, the mark and the
+//! registry are unchanged, and its own work still succeeds.
+
+use pg_idgen_e2e::{sqlstate, Server};
+
+/// A server with the extension in `postgres`, a role `mallory` owning schema
+/// `mal`, and a log table that records who ran each trap function.
+fn setup(name: &str) -> Server {
+    let server = Server::start(name, &[]);
+    server
+        .client()
+        .batch_execute(
+            "CREATE ROLE mallory LOGIN;
+             CREATE SCHEMA mal AUTHORIZATION mallory;
+             CREATE TABLE public.trap_calls (who text, what text);
+             GRANT INSERT, SELECT ON public.trap_calls TO PUBLIC;",
+        )
+        .unwrap();
+    server
+}
+
+/// Trap functions and operators in schema `mal` shadowing every built-in
+/// that pg_idgen's internal SQL names, each logging `current_user`.
+const TRAPS: &str = "
+    CREATE FUNCTION mal.logged(what text) RETURNS void LANGUAGE sql
+        AS $$ INSERT INTO public.trap_calls VALUES (current_user, what) $$;
+    CREATE FUNCTION mal.quote_ident(t text) RETURNS text LANGUAGE sql
+        AS $$ SELECT mal.logged('quote_ident'); SELECT '\"' || t || '\"' $$;
+    CREATE FUNCTION mal.to_regclass(t text) RETURNS regclass LANGUAGE sql
+        AS $$ SELECT mal.logged('to_regclass'); SELECT 'mal.pg_idgen_hwm'::regclass $$;
+    CREATE FUNCTION mal.to_regprocedure(t text) RETURNS regprocedure LANGUAGE sql
+        AS $$ SELECT mal.logged('to_regprocedure'); SELECT 'mal.logged(text)'::regprocedure $$;
+    CREATE FUNCTION mal.setval(r regclass, v bigint, c boolean) RETURNS bigint LANGUAGE sql
+        AS $$ SELECT mal.logged('setval'); SELECT v $$;
+    CREATE FUNCTION mal.pg_sequence_last_value(r regclass) RETURNS bigint LANGUAGE sql
+        AS $$ SELECT mal.logged('pg_sequence_last_value'); SELECT 0::bigint $$;
+    CREATE FUNCTION mal.int_eq(a int, b int) RETURNS boolean LANGUAGE sql
+        AS $$ SELECT mal.logged('int ='); SELECT a OPERATOR(pg_catalog.=) b $$;
+    CREATE OPERATOR mal.= (LEFTARG = int, RIGHTARG = int, FUNCTION = mal.int_eq);
+    CREATE FUNCTION mal.oid_eq(a oid, b oid) RETURNS boolean LANGUAGE sql
+        AS $$ SELECT mal.logged('oid ='); SELECT a OPERATOR(pg_catalog.=) b $$;
+    CREATE OPERATOR mal.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = mal.oid_eq);
+    CREATE FUNCTION mal.text_eq(a text, b text) RETURNS boolean LANGUAGE sql
+        AS $$ SELECT mal.logged('text ='); SELECT a OPERATOR(pg_catalog.=) b $$;
+    CREATE OPERATOR mal.= (LEFTARG = text, RIGHTARG = text, FUNCTION = mal.text_eq);
+    CREATE FUNCTION pg_temp.quote_ident(t text) RETURNS text LANGUAGE sql
+        AS $$ SELECT mal.logged('pg_temp.quote_ident'); SELECT t $$;
+    CREATE SEQUENCE mal.pg_idgen_hwm;
+    CREATE TABLE mal.shard_ownership (first_shard int, last_shard int, adopted_after bigint, since timestamptz);
+    CREATE TABLE mal.pg_idgen_epoch (epoch_ms bigint, singleton boolean);
+    INSERT INTO mal.pg_idgen_epoch VALUES (0, true);
+    SET search_path = mal, pg_catalog, public;
+";
+
+fn trap_calls(server: &Server) -> Vec<(String, String)> {
+    server
+        .client()
+        .query("SELECT who, what FROM public.trap_calls ORDER BY 1, 2", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+fn mark(server: &Server) -> i64 {
+    server.client().query_one("SELECT last_value FROM public.pg_idgen_hwm", &[]).unwrap().get(0)
+}
+
+fn is_superuser(server: &Server, role: &str) -> bool {
+    server.client().query_one("SELECT rolsuper FROM pg_roles WHERE rolname = $1", &[&role]).unwrap().get(0)
+}
+
+#[test]
+fn shadowed_builtins_never_run_and_the_mark_moves() {
+    let mut server = setup("hostile-shadow");
+    // After a restart the first mint in the database loads and writes the mark.
+    server.restart();
+    let before = mark(&server);
+    let mut m = server.client_as("postgres", "mallory");
+    m.batch_execute(TRAPS).unwrap();
+    for sql in [
+        "SELECT next_shard_id(1)",
+        "SELECT count(DISTINCT next_shard_id(2)) FROM generate_series(1, 20000)",
+        "SELECT uuid_v7()",
+        "SELECT * FROM id_generator_server_status()",
+        "SELECT * FROM id_generator_status()",
+        "SELECT id_ts(next_shard_id(3)) >= pg_catalog.now() - interval '1 day'",
+        "SELECT id_epoch()",
+    ] {
+        m.batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // Minting for more than the reservation: the mark is extended (by setval).
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    m.batch_execute("SELECT next_shard_id(4)").unwrap();
+    let calls = trap_calls(&server);
+    assert!(calls.iter().all(|(who, _)| who == "mallory"), "a trap ran as another role: {calls:?}");
+    assert!(calls.is_empty(), "pg_idgen called a function of the caller's: {calls:?}");
+    assert!(!is_superuser(&server, "mallory"));
+    assert!(mark(&server) > before, "the real mark moved");
+    let decoy: i64 = server.client().query_one("SELECT last_value FROM mal.pg_idgen_hwm", &[]).unwrap().get(0);
+    assert_eq!(decoy, 1, "the caller's sequence of the same name was not touched");
+    // The decoy epoch table is not ours: IDs decode with the real epoch.
+    let epoch: String = m.query_one("SELECT public.id_epoch()::text", &[]).unwrap().get(0);
+    assert_eq!(epoch, "2026-01-01 00:00:00+00");
+}
+
+#[test]
+fn a_security_definer_function_cannot_be_made_to_run_the_callers_code() {
+    let server = setup("hostile-definer");
+    server
+        .client()
+        .batch_execute(
+            "CREATE TABLE public.ev (id bigint PRIMARY KEY DEFAULT next_shard_id(1));
+             INSERT INTO public.ev SELECT FROM generate_series(1, 2000);
+             ANALYZE public.ev;
+             CREATE FUNCTION public.recent() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+                 SET search_path = public, pg_catalog
+                 AS $$ SELECT count(*) FROM public.ev WHERE id_ts(id) >= now() - interval '1 day' $$;",
+        )
+        .unwrap();
+    let mut m = server.client_as("postgres", "mallory");
+    m.batch_execute(TRAPS).unwrap();
+    // Fill any session cache under the hostile search_path first.
+    m.batch_execute("EXPLAIN SELECT * FROM public.ev WHERE public.id_ts(id) >= pg_catalog.now()").unwrap();
+    let n: i64 = m.query_one("SELECT public.recent()", &[]).unwrap().get(0);
+    assert_eq!(n, 2000);
+    let calls = trap_calls(&server);
+    assert!(calls.is_empty(), "{calls:?}");
+    assert!(!is_superuser(&server, "mallory"));
+}
+
+#[test]
+fn ordinary_roles_create_drop_mint_and_decode() {
+    let server = setup("hostile-ddl");
+    let mut m = server.client_as("postgres", "mallory");
+    m.batch_execute(
+        "CREATE TABLE mal.t (id bigint PRIMARY KEY DEFAULT next_shard_id(9), a int, b int);
+         INSERT INTO mal.t (a, b) SELECT g, g FROM generate_series(1, 100) g;
+         ALTER TABLE mal.t DROP COLUMN b;
+         CREATE MATERIALIZED VIEW mal.mv AS SELECT id, id_ts(id) AS ts FROM mal.t;
+         CREATE UNIQUE INDEX ON mal.mv (id);
+         REFRESH MATERIALIZED VIEW CONCURRENTLY mal.mv;
+         CREATE TEMP TABLE tt (x int); DROP TABLE tt;
+         DROP MATERIALIZED VIEW mal.mv;
+         DROP TABLE mal.t;",
+    )
+    .unwrap();
+    let (shard, uuid_ok): (i32, bool) = {
+        let r = m.query_one("SELECT (id_decode(next_shard_id(9))).shard, uuid_v7_ts(uuid_v7()) IS NOT NULL", &[]).unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((shard, uuid_ok), (9, true));
+    // Without grants, the registry and the claims are not mallory's to change.
+    assert_eq!(sqlstate(m.batch_execute("SELECT shard_schema_register('mal', 5)")), "42501");
+    assert_eq!(sqlstate(m.batch_execute("SELECT shard_claim(1, 2)")), "42501");
+    assert_eq!(sqlstate(m.batch_execute("DELETE FROM shard_schema_registry")), "42501");
+    assert!(!is_superuser(&server, "mallory"));
+}
+
+#[test]
+fn the_documented_grants_let_a_role_register_and_use_a_shard_schema() {
+    let server = setup("hostile-grants");
+    server.client().batch_execute("GRANT INSERT ON shard_schema_registry TO mallory").unwrap();
+    let mut m = server.client_as("postgres", "mallory");
+    m.batch_execute(
+        "SELECT shard_schema_register('mal', 5);
+         CREATE TABLE mal.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('mal'), n int);
+         INSERT INTO mal.photos (n) SELECT generate_series(1, 1000);",
+    )
+    .unwrap();
+    let row = m.query_one("SELECT count(DISTINCT id), min(id_shard(id)), max(id_shard(id)) FROM mal.photos", &[]).unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i32>(1), row.get::<_, i32>(2)), (1000, 5, 5));
+    // Dropping its own registered schema forgets the registration, through
+    // the event trigger, without any right on the registry beyond INSERT.
+    m.batch_execute("DROP SCHEMA mal CASCADE").unwrap();
+    let left: i64 = server.client().query_one("SELECT count(*) FROM shard_schema_registry", &[]).unwrap().get(0);
+    assert_eq!(left, 0);
+    assert!(!is_superuser(&server, "mallory"));
+}
+
+#[test]
+fn an_extension_schema_that_needs_quoting_and_is_off_the_search_path() {
+    let server = setup("hostile-quoted");
+    let mut c = server.client();
+    c.batch_execute(
+        "CREATE DATABASE q; ",
+    )
+    .unwrap();
+    let mut q = server.client_db("q");
+    q.batch_execute(
+        "CREATE SCHEMA \"IdGen\"; CREATE EXTENSION pg_idgen SCHEMA \"IdGen\";
+         SET search_path = public;
+         CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT \"IdGen\".next_shard_id(1), n int);
+         INSERT INTO ev (n) SELECT generate_series(1, 5000);
+         ANALYZE ev; SET enable_seqscan = off;",
+    )
+    .unwrap();
+    let u: bool = q.query_one("SELECT \"IdGen\".uuid_v7_ts(\"IdGen\".uuid_v7()) IS NOT NULL", &[]).unwrap().get(0);
+    assert!(u);
+    let plan: Vec<String> = q
+        .query("EXPLAIN (COSTS OFF) SELECT * FROM ev WHERE \"IdGen\".id_ts(id) >= now() - interval '1 hour'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(plan.iter().any(|l| l.contains("ev_pkey")), "{plan:?}");
+    let n: i64 = q.query_one("SELECT count(*) FROM ev WHERE \"IdGen\".id_ts(id) >= now() - interval '1 hour'", &[]).unwrap().get(0);
+    assert_eq!(n, 5000);
+}
+
+#[test]
+fn without_the_preload_no_session_changes_what_decoding_returns() {
+    let server = Server::init("hostile-nopreload", &["pg_idgen.public_id_key = '000102030405060708090a0b0c0d0e0f'"]);
+    server.client().batch_execute("CREATE EXTENSION pg_idgen; CREATE ROLE mallory LOGIN").unwrap();
+    let mut m = server.client_as("postgres", "mallory");
+    let stock: String = m.query_one("SELECT id_ts(1 << 23)::text", &[]).unwrap().get(0);
+    m.batch_execute("SET pg_idgen.epoch = '2000-01-01 00:00:00+00'").unwrap();
+    let after: String = m.query_one("SELECT id_ts(1 << 23)::text", &[]).unwrap().get(0);
+    assert_eq!(stock, "2026-01-01 00:00:00.001+00");
+    assert_eq!(after, stock, "a session's placeholder epoch is never read");
+    // An expression index built in such a session agrees with a scan.
+    m.batch_execute(
+        "CREATE TEMP TABLE t AS SELECT (g::bigint << 23) AS id FROM generate_series(1, 1000) g;
+         CREATE INDEX ON t (id_ts(id)); ANALYZE t;",
+    )
+    .unwrap();
+    let n: i64 = m
+        .query_one("SELECT count(*) FROM t WHERE id_ts(id) >= '2026-01-01 00:00:00.5+00'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 501);
+    // The key is never used from a placeholder.
+    assert_eq!(sqlstate(m.batch_execute("SELECT id_public(1)")), "55000");
+}
+
+#[test]
+fn a_changed_epoch_refuses_to_mint_and_decoding_stays() {
+    let mut server = setup("hostile-epoch");
+    let id: i64 = server.client().query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
+    let ts: String = server.client().query_one("SELECT id_ts($1)::text", &[&id]).unwrap().get(0);
+    server.append_conf("pg_idgen.epoch = '2025-06-01 00:00:00+00'");
+    server.restart();
+    let mut c = server.client();
+    let e = c.batch_execute("SELECT next_shard_id(3)").unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{e}");
+    assert!(e.to_string().contains("epoch"), "{e}");
+    let again: String = c.query_one("SELECT id_ts($1)::text", &[&id]).unwrap().get(0);
+    assert_eq!(again, ts, "decoding uses the recorded epoch");
+    let epoch: String = c.query_one("SELECT id_epoch()::text", &[]).unwrap().get(0);
+    assert_eq!(epoch, "2026-01-01 00:00:00+00");
+    assert_eq!(sqlstate(c.batch_execute("SELECT uuid_v7()")), "ok", "UUIDs do not depend on the epoch");
+    // A session of any role cannot set the server's epoch.
+    assert_eq!(sqlstate(c.batch_execute("SET pg_idgen.epoch = '2000-01-01'")), "55P02");
+}
+
+#[test]
+fn the_key_is_not_readable_by_other_roles() {
+    let server = setup("hostile-key");
+    server.append_conf("pg_idgen.public_id_key = '000102030405060708090a0b0c0d0e0f'");
+    server.client().batch_execute("SELECT pg_reload_conf()").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut m = server.client_as("postgres", "mallory");
+    assert_eq!(sqlstate(m.batch_execute("SHOW pg_idgen.public_id_key")), "42501");
+    let n: i64 = m
+        .query_one("SELECT count(*) FROM pg_settings WHERE name = 'pg_idgen.public_id_key'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "pg_settings hides it from non-superusers");
+    let p: String = m.query_one("SELECT id_public(12345)", &[]).unwrap().get(0);
+    assert_eq!(p.len(), 11);
+}
+
+#[test]
+fn uuids_stay_ordered_in_a_backend_through_read_only_transactions() {
+    let server = setup("hostile-uuid-ro");
+    let mut c = server.client();
+    let last: uuid::Uuid =
+        c.query_one("SELECT max(u) FROM (SELECT uuid_v7() AS u FROM generate_series(1, 1000000)) s", &[]).unwrap().get(0);
+    c.batch_execute("BEGIN READ ONLY").unwrap();
+    let ro: uuid::Uuid = c.query_one("SELECT uuid_v7()", &[]).unwrap().get(0);
+    c.batch_execute("COMMIT").unwrap();
+    let rw: uuid::Uuid = c.query_one("SELECT uuid_v7()", &[]).unwrap().get(0);
+    assert!(last < ro && ro < rw, "{last} {ro} {rw}");
+}

@@ -1,0 +1,8 @@
+//! The plain-Rust core: ID layouts, the generator state machine, and the
+//! codecs. Nothing under this folder imports pgrx (a test checks it), so
+//! `cargo test` exercises it without a PostgreSQL server.
+
+pub mod error;
+pub mod generator;
+pub mod layout;
+pub mod uuid_layout;
