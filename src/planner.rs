@@ -481,11 +481,11 @@ mod tests {
         setup();
         let plan = explain("SELECT * FROM ev WHERE id_ts((random() * 2 ^ 62)::bigint) >= '2035-01-01'");
         assert!(!plan.contains("bound_clamped"), "{plan}");
-        Spi::run("SELECT next_shard_id(77)").unwrap();
-        let before: i64 = one("SELECT minted FROM id_generator_status() WHERE shard = 77");
-        let rows: i64 = one("SELECT count(*) FROM generate_series(1, 100) g WHERE id_ts(next_shard_id(77)) >= '2020-01-01'");
+        Spi::run("SELECT next_shard_id(4077)").unwrap();
+        let before: i64 = one("SELECT minted FROM id_generator_status() WHERE shard = 4077");
+        let rows: i64 = one("SELECT count(*) FROM generate_series(1, 100) g WHERE id_ts(next_shard_id(4077)) >= '2020-01-01'");
         assert_eq!(rows, 100);
-        let after: i64 = one("SELECT minted FROM id_generator_status() WHERE shard = 77");
+        let after: i64 = one("SELECT minted FROM id_generator_status() WHERE shard = 4077");
         assert_eq!(after - before, 100, "one ID per row, not two");
     }
 

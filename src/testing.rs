@@ -94,6 +94,7 @@ mod tests {
                     AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen')
                     AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
                     AND p.proname NOT IN ('shard_claim', 'shard_release', 'shard_adopt')
+                    AND p.pronamespace <> 'tests'::regnamespace
                   GROUP BY p.oid",
                 None,
                 &[],

@@ -160,7 +160,8 @@ mod tests {
     #[pg_test]
     fn read_only_transactions_continue_above_the_last_uuid() {
         // Far ahead of the clock: 300,000 values in one statement borrow time.
-        let last: pgrx::Uuid = one("SELECT max(u) FROM (SELECT uuid_v7() AS u FROM generate_series(1, 300000)) s");
+        let last: pgrx::Uuid =
+            one("SELECT u FROM (SELECT uuid_v7() AS u FROM generate_series(1, 300000)) s ORDER BY u DESC LIMIT 1");
         Spi::run("SET transaction_read_only = on").unwrap();
         let ro: pgrx::Uuid = one("SELECT uuid_v7()");
         assert!(ro.as_bytes() > last.as_bytes(), "{ro} after {last}");

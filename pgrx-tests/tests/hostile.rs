@@ -278,7 +278,9 @@ fn uuids_stay_ordered_in_a_backend_through_read_only_transactions() {
     let server = setup("hostile-uuid-ro");
     let mut c = server.client();
     let last: uuid::Uuid =
-        c.query_one("SELECT max(u) FROM (SELECT uuid_v7() AS u FROM generate_series(1, 1000000)) s", &[]).unwrap().get(0);
+        c.query_one("SELECT u FROM (SELECT uuid_v7() AS u FROM generate_series(1, 1000000)) s ORDER BY u DESC LIMIT 1", &[])
+            .unwrap()
+            .get(0);
     c.batch_execute("BEGIN READ ONLY").unwrap();
     let ro: uuid::Uuid = c.query_one("SELECT uuid_v7()", &[]).unwrap().get(0);
     c.batch_execute("COMMIT").unwrap();
