@@ -25,6 +25,7 @@ fn setup(name: &str) -> Server {
 /// Trap functions and operators in schema `mal` shadowing every built-in
 /// that pg_idgen's internal SQL names, each logging `current_user`.
 const TRAPS: &str = "
+    CREATE SEQUENCE mal.pg_idgen_hwm;
     CREATE FUNCTION mal.logged(what text) RETURNS void LANGUAGE sql
         AS $$ INSERT INTO public.trap_calls VALUES (current_user, what) $$;
     CREATE FUNCTION mal.quote_ident(t text) RETURNS text LANGUAGE sql
@@ -48,7 +49,6 @@ const TRAPS: &str = "
     CREATE OPERATOR mal.= (LEFTARG = text, RIGHTARG = text, FUNCTION = mal.text_eq);
     CREATE FUNCTION pg_temp.quote_ident(t text) RETURNS text LANGUAGE sql
         AS $$ SELECT mal.logged('pg_temp.quote_ident'); SELECT t $$;
-    CREATE SEQUENCE mal.pg_idgen_hwm;
     CREATE TABLE mal.shard_ownership (first_shard int, last_shard int, adopted_after bigint, since timestamptz);
     CREATE TABLE mal.pg_idgen_epoch (epoch_ms bigint, singleton boolean);
     INSERT INTO mal.pg_idgen_epoch VALUES (0, true);
@@ -116,6 +116,7 @@ fn a_security_definer_function_cannot_be_made_to_run_the_callers_code() {
             "CREATE TABLE public.ev (id bigint PRIMARY KEY DEFAULT next_shard_id(1));
              INSERT INTO public.ev SELECT FROM generate_series(1, 2000);
              ANALYZE public.ev;
+             GRANT SELECT ON public.ev TO mallory;
              CREATE FUNCTION public.recent() RETURNS bigint LANGUAGE sql SECURITY DEFINER
                  SET search_path = public, pg_catalog
                  AS $$ SELECT count(*) FROM public.ev WHERE id_ts(id) >= now() - interval '1 day' $$;",
@@ -246,7 +247,7 @@ fn a_changed_epoch_refuses_to_mint_and_decoding_stays() {
     let mut c = server.client();
     let e = c.batch_execute("SELECT next_shard_id(3)").unwrap_err();
     assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{e}");
-    assert!(e.to_string().contains("epoch"), "{e}");
+    assert!(format!("{e:?}").contains("epoch"), "{e:?}");
     let again: String = c.query_one("SELECT id_ts($1)::text", &[&id]).unwrap().get(0);
     assert_eq!(again, ts, "decoding uses the recorded epoch");
     let epoch: String = c.query_one("SELECT id_epoch()::text", &[]).unwrap().get(0);
