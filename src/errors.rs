@@ -35,6 +35,10 @@ pub enum IdError {
     ReadOnly(&'static str),
     TooManyDatabases(usize),
     InvalidEpoch(String),
+    /// A layout name `id_decode(id, layout)` does not know.
+    UnknownLayout(String),
+    /// A negative bigint given to a named layout.
+    NegativeLayoutId,
     /// Text that is not an encoded ID of the given kind.
     InvalidText { kind: &'static str, input: String },
     PublicKeyMissing,
@@ -90,6 +94,8 @@ impl IdError {
             TooManyDatabases(_) => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             InvalidEpoch(_) | PublicKeyInvalid => ERRCODE_INVALID_PARAMETER_VALUE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
+            UnknownLayout(_) => ERRCODE_INVALID_PARAMETER_VALUE,
+            NegativeLayoutId => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             PublicKeyMissing | PublicKeyNotPreloaded | EpochChanged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
@@ -183,6 +189,16 @@ impl IdError {
                 None,
                 Some("Use a UTC date and time such as '2026-01-01 00:00:00+00'.".into()),
             ),
+            UnknownLayout(name) => (
+                format!("unknown ID layout \"{name}\""),
+                None,
+                Some(format!(
+                    "Known layouts: {}, {}.",
+                    crate::core::schemes::Layout::PG_IDGEN_NAME,
+                    crate::core::schemes::Layout::NAMES.join(", ")
+                )),
+            ),
+            NegativeLayoutId => ("a negative ID carries no time in any known layout".into(), None, None),
             InvalidText { kind, input } => (format!("invalid input syntax for type {kind}: \"{input}\""), None, None),
             PublicKeyMissing => (
                 "pg_idgen.public_id_key is not set".into(),

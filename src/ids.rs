@@ -130,7 +130,7 @@ extension_sql!(
 CREATE FUNCTION id_decode(id bigint, OUT ts timestamptz, OUT shard int, OUT seq int)
 RETURNS record
 LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-AS $$ SELECT id_ts(id), id_shard(id), id_seq(id) $$;
+AS $$ SELECT @extschema@.id_ts(id), @extschema@.id_shard(id), @extschema@.id_seq(id) $$;
 COMMENT ON FUNCTION id_decode(bigint) IS 'The time, logical shard and sequence number of an ID.';
 "#,
     name = "id_decode",

@@ -3,7 +3,7 @@
 //! `core` is plain Rust (layouts, the generator state machine), free of
 //! pgrx. SQL functions: `ids` (64-bit IDs), `uuid7`, `schemas` (logical
 //! shards as schemas), `ownership` (claims and shard moves), `public` (text
-//! forms), `status`. Behind them: `mark` (the persisted high-water mark),
+//! forms), `schemes` (foreign layouts, ULID, KSUID, ObjectID), `status`. Behind them: `mark` (the persisted high-water mark),
 //! `epoch` (the epoch each database records), `planner` (time filters as
 //! key ranges), `catalog` (the one door to the catalog), `shared` (shared
 //! memory), `settings` (GUCs), `backend`, `clock`, `random`, and `errors`
@@ -24,6 +24,7 @@ mod planner;
 mod public;
 mod random;
 mod schemas;
+mod schemes;
 mod settings;
 mod shared;
 mod status;

@@ -5,4 +5,5 @@
 pub mod error;
 pub mod generator;
 pub mod layout;
+pub mod schemes;
 pub mod uuid_layout;
