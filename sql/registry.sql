@@ -1,14 +1,18 @@
 -- The logical-shard registry: one row per schema registered as a shard.
+-- Keyed by the schema's name, which survives pg_dump/pg_restore and
+-- pg_upgrade (OIDs do not); the schema's OID is kept beside it by the
+-- triggers below, so that renames follow the schema and drops forget it.
 CREATE TABLE shard_schema_registry (
-    schema_oid oid PRIMARY KEY,
-    shard int NOT NULL UNIQUE CHECK (shard BETWEEN 0 AND 8191)
+    schema_name name PRIMARY KEY,
+    shard int NOT NULL UNIQUE CHECK (shard BETWEEN 0 AND 8191),
+    schema_oid oid
 );
 COMMENT ON TABLE shard_schema_registry IS
     'pg_idgen: schemas registered as logical shards (use shard_schema_register() to change it)';
 
 CREATE VIEW shard_schemas AS
-    SELECT n.nspname::text AS schema_name, r.shard
-      FROM shard_schema_registry r JOIN pg_namespace n ON n.oid = r.schema_oid;
+    SELECT r.schema_name::text AS schema_name, r.shard
+      FROM shard_schema_registry r JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name;
 COMMENT ON VIEW shard_schemas IS 'pg_idgen: each schema registered as a logical shard, with its shard';
 
 GRANT SELECT ON shard_schema_registry, shard_schemas TO PUBLIC;
@@ -17,10 +21,27 @@ CREATE TRIGGER shard_schema_registry_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON shard_schema_registry
     FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_table_changed();
 
+-- Every row written (a registration, or a row restored by pg_restore) takes
+-- the OID of the schema of its name in this database.
+CREATE FUNCTION shard_schema_registry_keyed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    NEW.schema_oid := (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) NEW.schema_name);
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER shard_schema_registry_keyed
+    BEFORE INSERT OR UPDATE ON shard_schema_registry
+    FOR EACH ROW EXECUTE FUNCTION shard_schema_registry_keyed();
+
+SELECT pg_catalog.pg_extension_config_dump('shard_schema_registry', '');
+
 -- A dropped schema leaves the registry with it, so that its shard is free
--- again and a new schema of the same name does not inherit it. The trigger
--- fires for every role's DROP, so it runs with its owner's rights (a role
--- needs no privilege on the registry to drop its own objects) and a pinned
+-- again and a new schema of the same name does not inherit it; a renamed
+-- schema keeps its shard under its new name. The triggers fire for every
+-- role's DDL, so they run with their owner's rights (a role needs no
+-- privilege on the registry to drop or rename its own schemas) and a pinned
 -- search_path, with every name qualified.
 CREATE FUNCTION shard_schemas_forget_dropped() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -28,10 +49,27 @@ BEGIN
     DELETE FROM @extschema@.shard_schema_registry r
      USING pg_catalog.pg_event_trigger_dropped_objects() d
      WHERE d.object_type OPERATOR(pg_catalog.=) 'schema'
-       AND r.schema_oid OPERATOR(pg_catalog.=) d.objid;
+       AND (r.schema_oid OPERATOR(pg_catalog.=) d.objid OR r.schema_name OPERATOR(pg_catalog.=) d.object_name);
 END
 $$;
 REVOKE ALL ON FUNCTION shard_schemas_forget_dropped() FROM PUBLIC;
 
 CREATE EVENT TRIGGER pg_idgen_forget_dropped_schemas ON sql_drop
     EXECUTE FUNCTION shard_schemas_forget_dropped();
+
+CREATE FUNCTION shard_schemas_follow_renamed() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE @extschema@.shard_schema_registry r SET schema_name = n.nspname
+      FROM pg_catalog.pg_event_trigger_ddl_commands() c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.objid
+     WHERE c.object_type OPERATOR(pg_catalog.=) 'schema'
+       AND r.schema_oid OPERATOR(pg_catalog.=) c.objid
+       AND r.schema_name OPERATOR(pg_catalog.<>) n.nspname;
+END
+$$;
+REVOKE ALL ON FUNCTION shard_schemas_follow_renamed() FROM PUBLIC;
+
+CREATE EVENT TRIGGER pg_idgen_follow_renamed_schemas ON ddl_command_end
+    WHEN TAG IN ('ALTER SCHEMA')
+    EXECUTE FUNCTION shard_schemas_follow_renamed();

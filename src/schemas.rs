@@ -1,11 +1,12 @@
 //! Logical shards as schemas (Instagram's model): a registry table mapping a
 //! schema to its shard, and `next_schema_id(schema)` minting for that shard.
 //!
-//! The registry is keyed by the schema's OID, so a renamed schema keeps its
-//! shard and a dropped schema (forgotten by an event trigger) is never
-//! inherited by a new schema of the same name. Each backend caches the
-//! name → shard map; any change to the registry (through a trigger that
-//! sends a relcache invalidation) or to any schema clears it.
+//! The registry is keyed by the schema's name, which survives dumps and
+//! pg_upgrade; event triggers keep it right when a schema is renamed (it
+//! keeps its shard) or dropped (forgotten, so a new schema of the same name
+//! never inherits it). Each backend caches the name → shard map; any change
+//! to the registry (through a trigger that sends a relcache invalidation) or
+//! to any schema clears it.
 
 use std::collections::HashMap;
 
@@ -37,7 +38,7 @@ fn registry_table() -> String {
 
 fn load() -> HashMap<String, Shard> {
     let sql = format!(
-        "SELECT n.nspname::text, r.shard FROM {} r JOIN pg_catalog.pg_namespace n ON n.oid = r.schema_oid",
+        "SELECT r.schema_name::text, r.shard FROM {} r JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name",
         registry_table()
     );
     let rows = catalog::query_rows(&sql, &[], |row| Ok((row.get::<String>(1)?, row.get::<i32>(2)?)));
@@ -97,8 +98,10 @@ fn next_schema_id(schema_name: &str) -> i64 {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_schema_register(schema_name: &str, shard: i32) {
     let shard = Shard::new(shard).or_raise();
-    let oid = catalog::schema_oid(schema_name).ok_or_else(|| IdError::SchemaMissing(schema_name.into())).or_raise();
-    register(schema_name, oid, shard);
+    if catalog::schema_oid(schema_name).is_none() {
+        IdError::SchemaMissing(schema_name.into()).raise()
+    }
+    register(schema_name, shard);
 }
 
 /// Creates a schema and registers it as a logical shard, all or nothing.
@@ -107,13 +110,15 @@ fn shard_schema_create(schema_name: &str, shard: i32) {
     let shard = Shard::new(shard).or_raise();
     // An error in `register` rolls the new schema back with it.
     catalog::run(&format!("CREATE SCHEMA {}", catalog::quote(schema_name)), &[]);
-    let oid = catalog::schema_oid(schema_name).ok_or_else(|| IdError::SchemaMissing(schema_name.into())).or_raise();
-    register(schema_name, oid, shard);
+    if catalog::schema_oid(schema_name).is_none() {
+        IdError::SchemaMissing(schema_name.into()).raise()
+    }
+    register(schema_name, shard);
 }
 
 fn check_shard_free(table: &str, shard: Shard) {
     let holder: Option<String> = catalog::query_one(
-        &format!("SELECT n.nspname::text FROM {table} r JOIN pg_catalog.pg_namespace n ON n.oid = r.schema_oid WHERE r.shard = $1"),
+        &format!("SELECT r.schema_name::text FROM {table} r WHERE r.shard = $1"),
         &[(shard.index() as i32).into()],
     );
     if let Some(schema) = holder {
@@ -121,7 +126,7 @@ fn check_shard_free(table: &str, shard: Shard) {
     }
 }
 
-fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
+fn register(schema_name: &str, shard: Shard) {
     crate::ownership::check(shard).or_raise();
     let table = registry_table();
     // Registrations queue behind each other, so the checks below stay true
@@ -130,14 +135,14 @@ fn register(schema_name: &str, oid: pg_sys::Oid, shard: Shard) {
     let rel = catalog::relation(c"shard_schema_registry").ok_or(IdError::NotInstalled).or_raise();
     catalog::lock(rel, pg_sys::ShareRowExclusiveLock);
     let existing: Option<i32> =
-        catalog::query_one(&format!("SELECT shard FROM {table} WHERE schema_oid = $1"), &[oid.into()]);
+        catalog::query_one(&format!("SELECT shard FROM {table} WHERE schema_name = $1::text::name"), &[schema_name.into()]);
     if let Some(shard) = existing {
         IdError::SchemaAlreadyRegistered { schema: schema_name.into(), shard }.raise()
     }
     check_shard_free(&table, shard);
     catalog::run(
-        &format!("INSERT INTO {table} (schema_oid, shard) VALUES ($1, $2)"),
-        &[oid.into(), (shard.index() as i32).into()],
+        &format!("INSERT INTO {table} (schema_name, shard) VALUES ($1::text::name, $2)"),
+        &[schema_name.into(), (shard.index() as i32).into()],
     );
 }
 
@@ -201,6 +206,16 @@ mod tests {
         assert_eq!(sqlstate("next_schema_id('gone')"), "42704", "a new schema of the same name must not inherit");
         Spi::run("SELECT shard_schema_create('other', 12)").unwrap();
         assert_eq!(one::<i32>("SELECT id_shard(next_schema_id('other'))"), 12);
+    }
+
+    #[pg_test]
+    fn a_renamed_schema_keeps_its_shard() {
+        Spi::run("SELECT shard_schema_create('before', 14); ALTER SCHEMA before RENAME TO after").unwrap();
+        assert_eq!(one::<String>("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas"), "after=14");
+        assert_eq!(one::<i32>("SELECT id_shard(next_schema_id('after'))"), 14);
+        assert_eq!(sqlstate("next_schema_id('before')"), "3F000");
+        Spi::run("CREATE SCHEMA before").unwrap();
+        assert_eq!(sqlstate("next_schema_id('before')"), "42704");
     }
 
     #[pg_test]

@@ -59,7 +59,8 @@ pub fn bindir() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
-fn bin(name: &str) -> String {
+/// A program of the PostgreSQL installation under test.
+pub fn bin(name: &str) -> String {
     bindir().join(name).to_string_lossy().into_owned()
 }
 
@@ -82,6 +83,20 @@ impl Server {
         server
     }
 
+
+    /// A new cluster with these `postgresql.conf` lines, not started.
+    pub fn init_stopped(name: &str, conf: &[&str]) -> Server {
+        let server = Server::new_dir(name);
+        server.initdb(conf);
+        server
+    }
+
+    /// Runs a program of the installation as the server's owner, in this server's directory.
+    pub fn run_as_owner(&self, program: &str, args: &[&str]) -> Output {
+        let mut c = as_owner(&bin(program));
+        c.args(args).current_dir(&self.dir);
+        check(program, c.output())
+    }
 
     /// A new cluster with exactly these `postgresql.conf` lines and server environment.
     pub fn init(name: &str, conf: &[&str]) -> Server {
@@ -205,7 +220,7 @@ impl Server {
         c.output().unwrap()
     }
 
-    fn start_process(&mut self) {
+    pub fn start_process(&mut self) {
         let out = self.pg_ctl(&["start"]);
         if !out.status.success() {
             panic!("server did not start:\n{}", self.log());

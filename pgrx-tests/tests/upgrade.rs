@@ -1,0 +1,209 @@
+//! Backups, upgrades and new versions keep every ID space intact:
+//! pg_dump/pg_restore (custom and plain, new database and new server),
+//! pg_dumpall, pg_upgrade, and ALTER EXTENSION UPDATE from 0.1.0.
+
+use std::path::Path;
+use std::process::Command;
+
+use pg_idgen_e2e::postgres::Client;
+use pg_idgen_e2e::{bin, sqlstate, Server};
+
+/// A database in use: a registered shard schema with rows, claims, a
+/// release, and IDs minted. Returns the largest ID minted there.
+fn fill(c: &mut Client) -> i64 {
+    c.batch_execute(
+        "SELECT shard_claim(0, 99);
+         SELECT shard_schema_create('insta5', 5);
+         CREATE TABLE insta5.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('insta5'), n int);
+         INSERT INTO insta5.photos (n) SELECT generate_series(1, 3000);
+         CREATE TABLE public.ev (id bigint PRIMARY KEY DEFAULT next_shard_id(9), u uuid DEFAULT uuid_v7());
+         INSERT INTO public.ev SELECT FROM generate_series(1, 3000);
+         SELECT next_shard_id(7);
+         SELECT shard_release(7);",
+    )
+    .unwrap();
+    c.query_one("SELECT greatest((SELECT max(id) FROM insta5.photos), (SELECT max(id) FROM public.ev))", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// Everything `fill` made, checked in a restored or upgraded database: the
+/// registry, claims and release are there, restored tables mint at once, and
+/// every new ID is above every old one.
+fn check(c: &mut Client, old_max: i64) {
+    let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
+    assert_eq!(schemas, "insta5=5");
+    let claims: String =
+        c.query_one("SELECT string_agg(first_shard || '-' || last_shard, ',') FROM shard_claims", &[]).unwrap().get(0);
+    assert_eq!(claims, "0-6,8-99");
+    let released: i64 = c.query_one("SELECT count(*) FROM shard_releases WHERE shard = 7", &[]).unwrap().get(0);
+    assert_eq!(released, 1);
+    c.batch_execute("INSERT INTO insta5.photos (n) SELECT generate_series(1, 1000); INSERT INTO public.ev SELECT FROM generate_series(1, 1000)")
+        .unwrap();
+    let row = c
+        .query_one(
+            "SELECT count(*), count(DISTINCT id), min(id) FILTER (WHERE n IS NULL) FROM
+               (SELECT id, n FROM insta5.photos UNION ALL SELECT id, NULL FROM public.ev) s",
+            &[],
+        )
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (8000, 8000), "no duplicates");
+    let new_min: i64 = c
+        .query_one(
+            "SELECT least((SELECT min(id) FROM (SELECT id FROM insta5.photos ORDER BY id DESC LIMIT 1000) a),
+                          (SELECT min(id) FROM (SELECT id FROM public.ev ORDER BY id DESC LIMIT 1000) b))",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(new_min > old_max, "new IDs ({new_min}) above every old one ({old_max})");
+    assert_eq!(sqlstate(c.batch_execute("SELECT next_shard_id(7)")), "55000", "the released shard stays released");
+    let epoch: String = c.query_one("SELECT id_epoch()::text", &[]).unwrap().get(0);
+    assert_eq!(epoch, "2026-01-01 00:00:00+00");
+}
+
+fn dump(server: &Server, program: &str, args: &[&str], file: &str) {
+    let out = server.dir.join(file).to_string_lossy().into_owned();
+    let mut all = vec!["-h", server.dir.to_str().unwrap(), "-p", "5499", "-U", "postgres", "-f", &out];
+    all.extend_from_slice(args);
+    server.run_as_owner(program, &all);
+}
+
+fn restore(target: &Server, db: &str, file: &Path, custom: bool) {
+    let host = target.dir.to_str().unwrap().to_string();
+    let file = file.to_str().unwrap();
+    if custom {
+        target.run_as_owner("pg_restore", &["-h", &host, "-p", "5499", "-U", "postgres", "-d", db, "--exit-on-error", file]);
+    } else {
+        target.run_as_owner("psql", &["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", &host, "-p", "5499", "-U", "postgres", "-d", db, "-f", file]);
+    }
+}
+
+#[test]
+fn dump_and_restore_into_a_new_database_and_a_new_server() {
+    let source = Server::start("dump-source", &[]);
+    let old_max = fill(&mut source.client());
+    dump(&source, "pg_dump", &["-Fc", "-d", "postgres"], "db.dump");
+    dump(&source, "pg_dump", &["-Fp", "-d", "postgres"], "db.sql");
+    // The same server, new databases: custom and plain format.
+    for (db, file, custom) in [("restored_custom", "db.dump", true), ("restored_plain", "db.sql", false)] {
+        source.client().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+        restore(&source, db, &source.dir.join(file), custom);
+        check(&mut source.client_db(db), old_max);
+    }
+    // A new server.
+    let target = Server::init("dump-target", &["shared_preload_libraries = 'pg_idgen'"]);
+    target.client().batch_execute("CREATE DATABASE restored").unwrap();
+    restore(&target, "restored", &source.dir.join("db.dump"), true);
+    check(&mut target.client_db("restored"), old_max);
+}
+
+#[test]
+fn pg_dumpall_into_a_new_server() {
+    let source = Server::start("dumpall-source", &[]);
+    let old_max = fill(&mut source.client());
+    dump(&source, "pg_dumpall", &[], "all.sql");
+    let target = Server::init("dumpall-target", &["shared_preload_libraries = 'pg_idgen'"]);
+    // The dump re-creates role postgres and database postgres' contents.
+    let host = target.dir.to_str().unwrap().to_string();
+    let file = source.dir.join("all.sql").to_string_lossy().into_owned();
+    target.run_as_owner("psql", &["-X", "-q", "-h", &host, "-p", "5499", "-U", "postgres", "-d", "template1", "-f", &file]);
+    check(&mut target.client(), old_max);
+}
+
+#[test]
+fn pg_upgrade_to_a_new_cluster_keeps_every_id_space() {
+    let mut old = Server::start("upgrade-old", &[]);
+    let old_max = fill(&mut old.client());
+    let old_oid: u32 = old.client().query_one("SELECT 'insta5'::regnamespace::oid", &[]).unwrap().get(0);
+    old.stop("fast");
+    let new = Server::init_stopped("upgrade-new", &["shared_preload_libraries = 'pg_idgen'"]);
+    let bindir = Path::new(&bin("postgres")).parent().unwrap().to_string_lossy().into_owned();
+    let (old_data, new_data) = (old.data(), new.data());
+    let out = new.run_as_owner(
+        "pg_upgrade",
+        &["-b", &bindir, "-B", &bindir, "-d", &old_data, "-D", &new_data, "-p", "50532", "-P", "50533", "-U", "postgres"],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Upgrade Complete"), "{}", String::from_utf8_lossy(&out.stdout));
+    let mut new = new;
+    new.start_process();
+    let mut c = new.client();
+    let new_oid: u32 = c.query_one("SELECT 'insta5'::regnamespace::oid", &[]).unwrap().get(0);
+    eprintln!("schema insta5: OID {old_oid} before pg_upgrade, {new_oid} after");
+    check(&mut c, old_max);
+}
+
+#[test]
+fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
+    // The 0.1.0 script, as released, next to this build's files.
+    let sharedir = {
+        let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
+        let out = Command::new(pg_config).arg("--sharedir").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql/pg_idgen--0.1.0.sql");
+    let installed = Path::new(&sharedir).join("extension/pg_idgen--0.1.0.sql");
+    std::fs::copy(&script, &installed).unwrap();
+
+    let server = Server::init("update-010", &["shared_preload_libraries = 'pg_idgen'"]);
+    let mut c = server.client();
+    // A 0.1.0 database: its registry keyed by schema OID, claims, a release, a mark.
+    c.batch_execute(
+        "CREATE EXTENSION pg_idgen VERSION '0.1.0';
+         CREATE SCHEMA insta5;
+         INSERT INTO shard_schema_registry (schema_oid, shard) VALUES ('insta5'::regnamespace, 5);
+         CREATE SCHEMA gone; INSERT INTO shard_schema_registry (schema_oid, shard) VALUES ('gone'::regnamespace, 6);
+         DROP SCHEMA gone;
+         SELECT shard_claim(0, 99);
+         CREATE TABLE insta5.photos (id bigint PRIMARY KEY DEFAULT next_shard_id(5), n int);
+         INSERT INTO insta5.photos (n) SELECT generate_series(1, 3000);
+         SELECT next_shard_id(7); SELECT shard_release(7);",
+    )
+    .unwrap();
+    let old_max: i64 = c.query_one("SELECT max(id) FROM insta5.photos", &[]).unwrap().get(0);
+    let mark: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
+    c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
+    let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, "0.2.0");
+    let after: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
+    assert!(after >= mark, "the mark is kept");
+    let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
+    assert_eq!(schemas, "insta5=5", "registered schemas kept, the dropped one's row gone");
+    c.batch_execute("ALTER TABLE insta5.photos ALTER COLUMN id SET DEFAULT next_schema_id('insta5');
+                     INSERT INTO insta5.photos (n) SELECT generate_series(1, 1000)")
+        .unwrap();
+    let min_new: i64 = c.query_one("SELECT min(id) FROM (SELECT id FROM insta5.photos ORDER BY id DESC LIMIT 1000) s", &[]).unwrap().get(0);
+    assert!(min_new > old_max);
+    let claims: String =
+        c.query_one("SELECT string_agg(first_shard || '-' || last_shard, ',') FROM shard_claims", &[]).unwrap().get(0);
+    assert_eq!(claims, "0-6,8-99");
+    assert_eq!(sqlstate(c.batch_execute("SELECT next_shard_id(7)")), "55000");
+
+    // The updated extension has exactly the objects of a fresh 0.2.0 install.
+    c.batch_execute("CREATE DATABASE fresh").unwrap();
+    server.client_db("fresh").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    let inventory = |c: &mut Client| -> Vec<String> {
+        c.query(
+            "SELECT pg_describe_object(d.classid, d.objid, 0) || ' ' || coalesce((
+                 SELECT p.provolatile || p.proparallel || p.proisstrict || p.prosecdef || coalesce(p.proconfig::text, '')
+                        || pg_get_function_result(p.oid) || prosrc
+                   FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid), '') || coalesce((
+                 SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull, ',' ORDER BY a.attname)
+                   FROM pg_attribute a WHERE d.classid = 'pg_class'::regclass AND a.attrelid = d.objid AND a.attnum > 0 AND NOT a.attisdropped), '')
+               FROM pg_depend d
+              WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+                AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen')
+              ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let (updated, fresh) = (inventory(&mut c), inventory(&mut server.client_db("fresh")));
+    let only_updated: Vec<_> = updated.iter().filter(|o| !fresh.contains(o)).collect();
+    let only_fresh: Vec<_> = fresh.iter().filter(|o| !updated.contains(o)).collect();
+    assert!(only_updated.is_empty() && only_fresh.is_empty(), "updated only: {only_updated:#?}\nfresh only: {only_fresh:#?}");
+    let _ = std::fs::remove_file(installed);
+}
