@@ -3,7 +3,7 @@
 -- runs in a database, registry functions there fail (the registry changes key).
 \echo Use "ALTER EXTENSION pg_idgen UPDATE TO '0.2.0'" to load this file. \quit
 
--- The epoch each database records at its first mint (src/epoch.rs).
+-- The epoch each database records (src/epoch.rs): the server's, now.
 
 CREATE TABLE pg_idgen_epoch (
     epoch_ms bigint NOT NULL,
@@ -16,6 +16,17 @@ CREATE TRIGGER pg_idgen_epoch_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON pg_idgen_epoch
     FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_table_changed();
 SELECT pg_catalog.pg_extension_config_dump('pg_idgen_epoch', '');
+CREATE FUNCTION pg_idgen_epoch_replaced() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM @extschema@.pg_idgen_epoch;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER pg_idgen_epoch_replaced BEFORE INSERT ON pg_idgen_epoch
+    FOR EACH ROW EXECUTE FUNCTION pg_idgen_epoch_replaced();
+INSERT INTO pg_idgen_epoch (epoch_ms)
+    VALUES (pg_catalog.floor(pg_catalog.date_part('epoch', @extschema@.id_epoch()) OPERATOR(pg_catalog.*) 1000)::bigint);
 
 -- Released shards show as released: the result type changes.
 DROP FUNCTION id_generator_status();
@@ -125,6 +136,49 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'objectid_ts_wrapper';
 
+-- Server-wide shard ownership (src/fleet.rs, sql/ownership.sql).
+
+CREATE FUNCTION "pg_idgen_ownership_changed"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'pg_idgen_ownership_changed_wrapper';
+
+CREATE  FUNCTION "shard_own_all"() RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'shard_own_all_wrapper';
+
+-- Once a server has claimed or released a shard, it mints only what it
+-- claims until shard_own_all() says otherwise.
+CREATE TABLE shard_fleet_mode (
+    claims_only boolean NOT NULL,
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton)
+);
+COMMENT ON TABLE shard_fleet_mode IS 'pg_idgen: whether this server mints only the shards it claims';
+
+CREATE OR REPLACE VIEW shard_claims AS
+    SELECT first_shard, last_shard, adopted_after, since FROM shard_ownership ORDER BY first_shard;
+COMMENT ON VIEW shard_claims IS 'pg_idgen: the shards this server mints for (in its fleet database)';
+GRANT SELECT ON shard_fleet_mode TO PUBLIC;
+-- A database with claims or releases keeps minting only what it claims.
+INSERT INTO shard_fleet_mode (claims_only)
+    SELECT true WHERE EXISTS (SELECT FROM shard_ownership) OR EXISTS (SELECT FROM shard_releases);
+DROP TRIGGER shard_ownership_changed ON shard_ownership;
+
+CREATE TRIGGER shard_ownership_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON shard_ownership
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_ownership_changed();
+CREATE TRIGGER shard_releases_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON shard_releases
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_ownership_changed();
+CREATE TRIGGER shard_fleet_mode_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON shard_fleet_mode
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_ownership_changed();
+
+SELECT pg_catalog.pg_extension_config_dump('shard_fleet_mode', '');
+-- Publish the ownership recorded here to the server at commit (in the fleet database).
+UPDATE shard_fleet_mode SET claims_only = claims_only;
+
 -- The registry is keyed by schema name (which survives dumps and
 -- pg_upgrade), is dumped with the database, and its event triggers run with
 -- their owner's rights (sql/registry.sql).
@@ -139,7 +193,6 @@ ALTER TABLE shard_schema_registry ALTER COLUMN schema_oid DROP NOT NULL,
 CREATE OR REPLACE VIEW shard_schemas AS
     SELECT r.schema_name::text AS schema_name, r.shard
       FROM shard_schema_registry r JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name;
-
 
 -- Every row written (a registration, or a row restored by pg_restore) takes
 -- the OID of the schema of its name in this database.

@@ -172,9 +172,25 @@ pub fn schema_oid(name: &str) -> Option<pg_sys::Oid> {
     (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
+/// Serializes our functions that change a table of ours: checks first that
+/// the current user may make the change (`acl`, such as `ACL_INSERT`), so
+/// that a role without the right cannot queue a lock others wait behind,
+/// then takes a self-conflicting lock that plain reads and writes of the
+/// table (the event triggers' among them) do not wait for. Held until the
+/// end of the transaction.
+pub fn lock_to_change(name: &CStr, acl: u32) -> pg_sys::Oid {
+    let rel = relation(name).ok_or(IdError::NotInstalled).or_raise();
+    // SAFETY: an ACL check of an existing relation for the current user.
+    let ok = unsafe { pg_sys::pg_class_aclcheck(rel, pg_sys::GetUserId(), acl as pg_sys::AclMode) };
+    if ok != pg_sys::AclResult::ACLCHECK_OK {
+        IdError::PermissionDenied(name.to_string_lossy().into_owned()).raise()
+    }
+    lock(rel, pg_sys::ShareUpdateExclusiveLock);
+    rel
+}
+
 /// Takes a heavyweight lock on a relation of ours, without the privilege
-/// check of `LOCK TABLE`: the lock only serializes our own functions.
-/// Released at the end of the transaction (or by `unlock`).
+/// check of `LOCK TABLE`. Released at the end of the transaction (or by `unlock`).
 pub fn lock(rel: pg_sys::Oid, mode: u32) {
     // SAFETY: locks an existing relation's OID; interruptible and seen by the deadlock detector.
     unsafe { pg_sys::LockRelationOid(rel, mode as pg_sys::LOCKMODE) };

@@ -2,7 +2,10 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pgrx::prelude::*;
 use pgrx::{check_for_interrupts, pg_sys};
+
+use crate::errors::{IdError, OrRaise};
 
 /// Microseconds since 1970-01-01 UTC. A clock set before 1970 reads as 0,
 /// which every generator then rejects as out of its range.
@@ -32,4 +35,10 @@ pub fn sleep_ms(ms: i64) {
         std::hint::spin_loop();
     }
     check_for_interrupts!();
+}
+
+/// A `timestamptz` from PostgreSQL microseconds (every time an ID or UUID
+/// can carry is one; anything else is out of range).
+pub fn timestamptz(us: i64) -> TimestampWithTimeZone {
+    TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
 }

@@ -1,18 +1,20 @@
 //! The epoch IDs count from, per database.
 //!
 //! Generators mint with the server's `pg_idgen.epoch`, fixed at server
-//! start. The first mark written in a database after a start records that
-//! epoch in the database (`pg_idgen_epoch`, dumped with it); from then on
-//! the database decodes with the recorded epoch, whatever a session, a
-//! server without the preload or a later configuration says, and refuses to
-//! mint IDs (55000) while the server's epoch differs from it. So an
-//! IMMUTABLE decode function always answers the same for the same ID.
+//! start. CREATE EXTENSION (or the update from 0.1.0) records that epoch in
+//! the database (`pg_idgen_epoch`, dumped with it: a restored row replaces
+//! the one the restore's CREATE EXTENSION wrote); from then on the database
+//! decodes with the recorded epoch, whatever a session, a server without the
+//! preload or a later configuration says, and refuses to mint IDs (55000)
+//! while the server's epoch differs from it. So an IMMUTABLE decode function
+//! always answers the same for the same ID.
 
 use pgrx::prelude::*;
 
 use crate::backend::BackendLocal;
 use crate::errors::IdError;
-use crate::{catalog, settings};
+use crate::core::layout;
+use crate::{catalog, clock, settings};
 
 const TABLE: &str = "pg_idgen_epoch";
 
@@ -29,9 +31,20 @@ CREATE TRIGGER pg_idgen_epoch_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON pg_idgen_epoch
     FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_table_changed();
 SELECT pg_catalog.pg_extension_config_dump('pg_idgen_epoch', '');
+CREATE FUNCTION pg_idgen_epoch_replaced() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM @extschema@.pg_idgen_epoch;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER pg_idgen_epoch_replaced BEFORE INSERT ON pg_idgen_epoch
+    FOR EACH ROW EXECUTE FUNCTION pg_idgen_epoch_replaced();
+INSERT INTO pg_idgen_epoch (epoch_ms)
+    VALUES (pg_catalog.floor(pg_catalog.date_part('epoch', @extschema@.id_epoch()) OPERATOR(pg_catalog.*) 1000)::bigint);
 "#,
     name = "epoch_table",
-    requires = [catalog::pg_idgen_table_changed]
+    requires = [catalog::pg_idgen_table_changed, id_epoch]
 );
 
 /// The recorded epoch of this database, cached per catalog generation.
@@ -72,15 +85,9 @@ pub fn for_minting() -> i64 {
     }
 }
 
-/// Records the server's epoch in this database unless one is recorded.
-/// Called with every write of the mark (as the superuser), so that a
-/// recording rolled back with its transaction is made again.
-pub fn record_if_missing() {
-    if recorded().is_some() || catalog::relation(c"pg_idgen_epoch").is_none() {
-        return; // recorded, or the 0.1.0 schema before ALTER EXTENSION UPDATE
-    }
-    catalog::run(
-        &format!("INSERT INTO {} (epoch_ms) VALUES ($1) ON CONFLICT DO NOTHING", catalog::qualified(TABLE)),
-        &[settings::configured_epoch_ms().into()],
-    );
+/// The instant this database's IDs count from: the server's `pg_idgen.epoch`
+/// as recorded in the database by CREATE EXTENSION.
+#[pg_extern(stable, parallel_safe, strict)]
+fn id_epoch() -> TimestampWithTimeZone {
+    clock::timestamptz(layout::timestamptz_of_ms(0, for_decoding()))
 }

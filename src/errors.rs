@@ -37,6 +37,16 @@ pub enum IdError {
     InvalidEpoch(String),
     /// A layout name `id_decode(id, layout)` does not know.
     UnknownLayout(String),
+    /// The current user may not change a table of ours.
+    PermissionDenied(String),
+    /// Ownership changes outside the fleet database.
+    NotFleetDatabase(String),
+    /// The loader has not yet loaded the server's ownership.
+    OwnershipNotLoaded(String),
+    /// PREPARE TRANSACTION after changing shard ownership.
+    PrepareOwnership,
+    /// `shard_adopt` with an ID further ahead of the clock than the lead bound.
+    AdoptAhead { id: i64, ahead_ms: i64, max_lead_ms: i64 },
     /// A negative bigint given to a named layout.
     NegativeLayoutId,
     /// Text that is not an encoded ID of the given kind.
@@ -94,7 +104,10 @@ impl IdError {
             TooManyDatabases(_) => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             InvalidEpoch(_) | PublicKeyInvalid => ERRCODE_INVALID_PARAMETER_VALUE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
-            UnknownLayout(_) => ERRCODE_INVALID_PARAMETER_VALUE,
+            UnknownLayout(_) | AdoptAhead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            NotFleetDatabase(_) | OwnershipNotLoaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            PrepareOwnership => ERRCODE_FEATURE_NOT_SUPPORTED,
+            PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             NegativeLayoutId => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             PublicKeyMissing | PublicKeyNotPreloaded | EpochChanged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
@@ -198,8 +211,25 @@ impl IdError {
                     crate::core::schemes::Layout::NAMES.join(", ")
                 )),
             ),
+            PermissionDenied(table) => (format!("permission denied for table {table}"), None, None),
+            NotFleetDatabase(db) => (
+                format!("shard ownership is recorded in database \"{db}\""),
+                Some("Every database of a server mints for the same shards; pg_idgen.fleet_database names the one that records them.".into()),
+                Some(format!("Connect to database \"{db}\" (with CREATE EXTENSION pg_idgen there) to claim, release or adopt shards.")),
+            ),
+            OwnershipNotLoaded(db) => (
+                "the server's shard ownership is not loaded yet".into(),
+                Some(format!("The pg_idgen fleet loader reads it from database \"{db}\" (pg_idgen.fleet_database) after start.")),
+                Some("Retry in a moment; if it persists, check the server log for the loader and that the database exists.".into()),
+            ),
+            PrepareOwnership => ("cannot PREPARE a transaction that changed shard ownership".into(), None, None),
+            AdoptAhead { id, ahead_ms, max_lead_ms } => (
+                format!("ID {id} is {ahead_ms} ms ahead of the clock"),
+                Some(format!("pg_idgen.max_clock_lead_ms = {max_lead_ms}: minting above it would wait for the clock.")),
+                Some("Adopt with the ID shard_release returned on a server whose clock agrees with this one, or wait.".into()),
+            ),
             NegativeLayoutId => ("a negative ID carries no time in any known layout".into(), None, None),
-            InvalidText { kind, input } => (format!("invalid input syntax for type {kind}: \"{input}\""), None, None),
+            InvalidText { kind, input } => (format!("invalid input syntax for type {kind}: \"{}\"", shortened(input)), None, None),
             PublicKeyMissing => (
                 "pg_idgen.public_id_key is not set".into(),
                 None,
@@ -251,6 +281,15 @@ impl IdError {
         }
         report.report(PgLogLevel::ERROR);
         unreachable!("an ERROR report does not return")
+    }
+}
+
+/// Input echoed in a message: at most 100 characters, so that a huge
+/// argument does not become a huge log line.
+fn shortened(input: &str) -> String {
+    match input.char_indices().nth(100) {
+        Some((cut, _)) => format!("{}...", &input[..cut]),
+        None => input.to_string(),
     }
 }
 

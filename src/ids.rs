@@ -5,9 +5,10 @@ use pgrx::prelude::*;
 use crate::core::error::CoreError;
 use crate::core::generator;
 use crate::core::layout::{self, Parts, Placed, Shard, ID_TICKS, MAX_MS, SEQ_BITS};
-use crate::errors::{IdError, OrRaise};
+use crate::errors::OrRaise;
 use crate::mark::{self, DbReservation};
-use crate::{clock, epoch, ownership, settings, shared};
+use crate::clock::{self, timestamptz};
+use crate::{epoch, fleet, settings, shared};
 
 /// The clock as a generator tick: epoch milliseconds, counter 0.
 #[inline]
@@ -25,7 +26,7 @@ fn now_tick(epoch_ms: i64) -> Result<u64, CoreError> {
 pub fn mint(shard: Shard, function: &'static str) -> i64 {
     let slot = &shared::state().or_raise().shards[shard.index()];
     mark::check_writable(function);
-    ownership::check(shard).or_raise();
+    fleet::check(shard).or_raise();
     let epoch_ms = epoch::for_minting();
     let reservation = DbReservation::current(epoch_ms);
     let lead = settings::max_clock_lead_ms();
@@ -48,12 +49,6 @@ fn ms_of(ts: TimestampWithTimeZone) -> i64 {
 
 fn parts_of(id: i64) -> Parts {
     layout::decompose(id).or_raise()
-}
-
-/// A `timestamptz` from PostgreSQL microseconds.
-pub fn timestamptz(us: i64) -> TimestampWithTimeZone {
-    // Every millisecond IDs can carry is a valid timestamptz.
-    TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
 }
 
 /// The next ID for a logical shard (0..8191).
@@ -118,12 +113,6 @@ fn id_upper_bound_clamped(ts: TimestampWithTimeZone) -> i64 {
     }
 }
 
-/// The instant this database's IDs count from: the server's `pg_idgen.epoch`
-/// as recorded in the database when it first minted.
-#[pg_extern(stable, parallel_safe, strict)]
-fn id_epoch() -> TimestampWithTimeZone {
-    timestamptz(layout::timestamptz_of_ms(0, epoch::for_decoding()))
-}
 
 extension_sql!(
     r#"

@@ -4,7 +4,8 @@
 //! pgrx. SQL functions: `ids` (64-bit IDs), `uuid7`, `schemas` (logical
 //! shards as schemas), `ownership` (claims and shard moves), `public` (text
 //! forms), `schemes` (foreign layouts, ULID, KSUID, ObjectID), `status`. Behind them: `mark` (the persisted high-water mark),
-//! `epoch` (the epoch each database records), `planner` (time filters as
+//! `epoch` (the epoch each database records), `fleet` (the server's
+//! shard ownership, in shared memory), `planner` (time filters as
 //! key ranges), `catalog` (the one door to the catalog), `shared` (shared
 //! memory), `settings` (GUCs), `backend`, `clock`, `random`, and `errors`
 //! (every error and the one way to raise it).
@@ -17,6 +18,7 @@ mod clock;
 pub mod core;
 mod epoch;
 mod errors;
+mod fleet;
 mod ids;
 mod mark;
 mod ownership;
@@ -43,6 +45,9 @@ pub extern "C-unwind" fn _PG_init() {
         planner::init();
     }
     settings::register(preloading);
+    if preloading {
+        fleet::init();
+    }
 }
 
 /// No error of ours carries a Rust backtrace, whatever the server's
@@ -69,6 +74,6 @@ pub mod pg_test {
     pub fn setup(_options: Vec<&str>) {}
 
     pub fn postgresql_conf_options() -> Vec<&'static str> {
-        vec!["shared_preload_libraries = 'pg_idgen'"]
+        vec!["shared_preload_libraries = 'pg_idgen'", "pg_idgen.fleet_database = 'pgrx_tests'"]
     }
 }

@@ -23,7 +23,7 @@ use crate::core::layout::ID_TICKS;
 use crate::core::uuid_layout::UUID_TICKS;
 use crate::errors::{IdError, OrRaise};
 use crate::shared::{self, DbMark};
-use crate::{catalog, clock, epoch, settings};
+use crate::{catalog, clock, settings};
 
 /// How far ahead of the values handed out each extension reserves. After a
 /// crash, minting starts up to this far ahead of the clock.
@@ -61,7 +61,8 @@ impl DbReservation {
             None => {
                 // SAFETY: MyDatabaseId is set once a backend has connected.
                 let dboid = unsafe { pg_sys::MyDatabaseId }.to_u32();
-                let mark = shared::state().and_then(|s| s.mark_of(dboid)).or_raise();
+                let state = shared::state().or_raise();
+                let mark = state.mark_of(dboid).or_else(|_| state.reclaim_mark(dboid, database_exists)).or_raise();
                 MY_MARK.set(Some(mark));
                 mark
             }
@@ -91,6 +92,20 @@ impl Reservation for DbReservation {
     fn extend(&self, ms: i64) -> Result<(), CoreError> {
         extend(self.mark, ms + self.offset_ms);
         Ok(())
+    }
+}
+
+/// Whether a database exists (a dropped one's mark entry can be reused).
+fn database_exists(dboid: u32) -> bool {
+    // SAFETY: a syscache existence probe; no locks kept.
+    unsafe {
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+            pg_sys::Datum::from(dboid),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
     }
 }
 
@@ -139,15 +154,14 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     if mark.reserved_ms.load(Ordering::Acquire) == 0 {
         raise_floor(persisted);
     }
-    // Until a transaction that recorded it commits, every extension tries again.
-    epoch::record_if_missing();
     let now_ms = clock::unix_us().div_euclid(1000);
     let target = need_ms.max(now_ms).max(persisted) + RESERVE_MS;
     catalog::set_sequence(seq, target);
     // The mark is on disk before any value under it is handed out, whether
     // or not the transaction that wrote it commits.
-    // SAFETY: flushes WAL that has been inserted; no preconditions.
-    unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
+    // SAFETY: flushes up to the end of the record setval just wrote (the
+    // insert position itself may lie past a page header not yet written).
+    unsafe { pg_sys::XLogFlush(pg_sys::XactLastRecEnd) };
     mark.reserved_ms.fetch_max(target, Ordering::AcqRel);
 }
 

@@ -1,88 +1,50 @@
 //! Which logical shards this server mints for, and moving a shard between
-//! servers without ever minting an ID twice.
+//! servers without ever minting an ID twice: the SQL functions. The state
+//! they change is server-wide (see `fleet`): they run in the fleet database
+//! (`pg_idgen.fleet_database`), and every database of the server follows.
 //!
-//! A server with no claims mints for every shard. Once it has claims
-//! (`shard_claim`), it mints only for the shards it claims. `shard_release`
-//! stops minting for a shard at once (also in statements under way in other
-//! backends) and returns an ID above every ID this server handed out for it;
-//! `shard_adopt` on the new owner claims the shard and never mints at or
-//! below that ID, whatever its clock says, across restarts too (the ID's time
-//! goes into the persisted high-water mark). Ownership is recorded in tables,
-//! so it survives restarts and replicates to standbys.
-
-use std::sync::atomic::Ordering;
+//! A server that never had a claim mints for every shard. Once it has
+//! claimed (`shard_claim`) or released a shard, it mints only for the shards
+//! it claims, until `shard_own_all()` says otherwise. `shard_release` stops
+//! minting for a shard at once (also in statements under way in other
+//! backends and databases) and returns an ID above every ID this server
+//! handed out for it; `shard_adopt` on the new owner claims the shard and
+//! never mints at or below that ID, across restarts too.
 
 use pgrx::prelude::*;
-use pgrx::{register_xact_callback, PgXactCallbackEvent};
 
-use crate::backend::BackendLocal;
 use crate::core::generator::{Reservation, RETIRED};
-use crate::core::layout::{self, Parts, Shard, MAX_SEQ, MAX_SHARD};
+use crate::core::layout::{self, Parts, Shard, MAX_SEQ};
 use crate::errors::{IdError, OrRaise};
 use crate::mark::{self, DbReservation};
-use crate::{catalog, settings, shared};
+use crate::{catalog, clock, fleet, settings};
 
-extension_sql_file!("../sql/ownership.sql", name = "ownership", requires = [catalog::pg_idgen_table_changed]);
-
-const WORDS: usize = (MAX_SHARD as usize + 1) / 64;
-
-/// The backend's copy of the claims: None when there are none (every shard
-/// is this server's), else a bitmap of the shards claimed.
-struct Owned {
-    generation: u64,
-    shards: Option<Box<[u64; WORDS]>>,
-}
-
-static OWNED: BackendLocal<Owned> = BackendLocal::new(Owned { generation: 0, shards: None });
+extension_sql_file!("../sql/ownership.sql", name = "ownership", requires = [fleet::pg_idgen_ownership_changed]);
 
 fn table(name: &str) -> String {
     catalog::qualified(name)
 }
 
-fn load() -> Option<Box<[u64; WORDS]>> {
-    let sql = format!("SELECT first_shard, last_shard FROM {}", table("shard_ownership"));
-    let ranges: Vec<(i32, i32)> =
-        catalog::query_rows(&sql, &[], |row| Ok((row.get::<i32>(1)?.unwrap_or(0), row.get::<i32>(2)?.unwrap_or(-1))));
-    if ranges.is_empty() {
-        return None;
+/// Records that the server mints only what it claims, from now on.
+fn claims_only_from_now_on() {
+    if catalog::relation(c"shard_fleet_mode").is_none() {
+        return; // the 0.1.0 schema, before ALTER EXTENSION UPDATE
     }
-    let mut bits = Box::new([0u64; WORDS]);
-    for (first, last) in ranges {
-        for s in first.max(0)..=last.min(MAX_SHARD) {
-            bits[s as usize / 64] |= 1 << (s % 64);
-        }
-    }
-    Some(bits)
-}
-
-fn owns_cached(shard: Shard) -> bool {
-    let generation = catalog::generation();
-    let mut o = OWNED.borrow_mut();
-    if o.generation != generation {
-        *o = Owned { generation, shards: load() };
-    }
-    o.shards.as_ref().is_none_or(|bits| bits[shard.index() / 64] & (1 << (shard.index() % 64)) != 0)
-}
-
-/// Whether this server mints for `shard`.
-#[inline]
-pub fn check(shard: Shard) -> Result<(), IdError> {
-    if owns_cached(shard) {
-        return Ok(());
-    }
-    // A miss: make sure no claim committed since is left unseen.
-    catalog::accept_invalidations();
-    if owns_cached(shard) {
-        Ok(())
-    } else {
-        Err(IdError::ShardNotOwned(shard.index() as i32))
-    }
+    catalog::run(
+        &format!(
+            "INSERT INTO {} (claims_only) VALUES (true) ON CONFLICT (singleton) DO UPDATE SET claims_only = true",
+            table("shard_fleet_mode")
+        ),
+        &[],
+    );
 }
 
 /// Changes to ownership queue behind each other; minting is not blocked.
-fn lock_claims() {
-    let rel = catalog::relation(c"shard_ownership").ok_or(IdError::NotInstalled).or_raise();
-    catalog::lock(rel, pg_sys::ShareRowExclusiveLock);
+/// Only in the fleet database, and only for a role with the right `acl`
+/// (such as `ACL_INSERT`) on `shard_ownership`.
+fn lock_claims(acl: u32) {
+    fleet::require_fleet_database();
+    catalog::lock_to_change(c"shard_ownership", acl);
 }
 
 /// The claimed range holding `shard`, if any.
@@ -104,7 +66,7 @@ fn shard_claim(first_shard: i32, last_shard: i32) {
     if first.index() > last.index() {
         IdError::ShardRangeInvalid { first: first_shard, last: last_shard }.raise()
     }
-    lock_claims();
+    lock_claims(pg_sys::ACL_INSERT);
     let overlap: Option<Vec<i32>> = catalog::query_one(
         &format!(
             "SELECT ARRAY[first_shard, last_shard] FROM {} WHERE first_shard <= $2 AND last_shard >= $1 ORDER BY 1 LIMIT 1",
@@ -126,6 +88,7 @@ fn shard_claim(first_shard: i32, last_shard: i32) {
         &format!("INSERT INTO {} (first_shard, last_shard) VALUES ($1, $2)", table("shard_ownership")),
         &[first_shard.into(), last_shard.into()],
     );
+    claims_only_from_now_on();
 }
 
 /// Stops minting for a shard on this server and returns an ID just above
@@ -135,8 +98,7 @@ fn shard_claim(first_shard: i32, last_shard: i32) {
 fn shard_release(shard: i32) -> i64 {
     let shard = Shard::new(shard).or_raise();
     mark::check_writable("shard_release");
-    let state = shared::state().or_raise();
-    lock_claims();
+    lock_claims(pg_sys::ACL_DELETE);
     let Some((first, last)) = claim_holding(shard) else {
         IdError::ShardNotOwned(shard.index() as i32).raise()
     };
@@ -157,16 +119,12 @@ fn shard_release(shard: i32) -> i64 {
     // state it held is the last value handed out.
     let reservation = DbReservation::current(settings::configured_epoch_ms());
     reservation.ensure_loaded();
-    let slot = &state.shards[shard.index()];
-    let prev = slot.last.swap(RETIRED, Ordering::AcqRel);
+    let prev = fleet::retire(shard);
     let high_water = if prev == RETIRED {
         // Retired by a release still in progress: fall back to the reservation, which covers every value.
         let ms = reservation.reserved_until_ms() - settings::configured_epoch_ms();
         layout::compose(Parts { ms, shard: s, seq: MAX_SEQ }).or_raise()
     } else {
-        register_xact_callback(PgXactCallbackEvent::Abort, move || {
-            let _ = slot.last.compare_exchange(RETIRED, prev, Ordering::AcqRel, Ordering::Acquire);
-        });
         // One tick past the last value: above every ID handed out.
         layout::from_tick(prev + 1, shard)
     };
@@ -178,6 +136,7 @@ fn shard_release(shard: i32) -> i64 {
         ),
         &[s.into(), high_water.into()],
     );
+    claims_only_from_now_on();
     high_water
 }
 
@@ -191,8 +150,15 @@ fn shard_adopt(shard: i32, after: i64) {
         IdError::ForeignId { id: after, id_shard: parts.shard, shard: shard.index() as i32 }.raise()
     }
     mark::check_writable("shard_adopt");
-    let state = shared::state().or_raise();
-    lock_claims();
+    let state = crate::shared::state().or_raise();
+    // An `after` beyond the lead bound would stop the shard (after a restart,
+    // every generator) until the clock caught up: refuse it.
+    let epoch = settings::configured_epoch_ms();
+    let ahead_ms = parts.ms + epoch - clock::unix_us().div_euclid(1000);
+    if ahead_ms > settings::max_clock_lead_ms() {
+        IdError::AdoptAhead { id: after, ahead_ms, max_lead_ms: settings::max_clock_lead_ms() }.raise()
+    }
+    lock_claims(pg_sys::ACL_INSERT);
     if claim_holding(shard).is_some() {
         IdError::AlreadyOwned(parts.shard).raise()
     }
@@ -201,18 +167,39 @@ fn shard_adopt(shard: i32, after: i64) {
         &[parts.shard.into(), after.into()],
     );
     catalog::run(&format!("DELETE FROM {} WHERE shard = $1", table("shard_releases")), &[parts.shard.into()]);
+    claims_only_from_now_on();
 
     let reservation = DbReservation::current(settings::configured_epoch_ms());
     reservation.ensure_loaded();
     let after_tick = ((parts.ms as u64) << layout::SEQ_BITS) | parts.seq as u64;
     let slot = &state.shards[shard.index()];
-    let _ = slot.last.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+    let _ = slot.last.fetch_update(std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire, |cur| {
         Some(if cur == RETIRED { after_tick } else { cur.max(after_tick) })
     });
     // After a restart, the recovered mark starts every generator above `after`.
     if !reservation.covers(parts.ms) {
         reservation.extend(parts.ms).or_raise();
     }
+}
+
+/// Makes the server mint for every shard again, as before its first claim.
+/// Refused while shards it released have not been adopted back.
+#[pg_extern(volatile, parallel_unsafe)]
+fn shard_own_all() {
+    mark::check_writable("shard_own_all");
+    lock_claims(pg_sys::ACL_DELETE);
+    let released: Option<i32> = catalog::query_one(&format!("SELECT min(shard) FROM {}", table("shard_releases")), &[]);
+    if let Some(s) = released {
+        IdError::ShardWasReleased(s).raise()
+    }
+    catalog::run(&format!("DELETE FROM {}", table("shard_ownership")), &[]);
+    catalog::run(
+        &format!(
+            "INSERT INTO {} (claims_only) VALUES (false) ON CONFLICT (singleton) DO UPDATE SET claims_only = false",
+            table("shard_fleet_mode")
+        ),
+        &[],
+    );
 }
 
 #[cfg(any(test, feature = "pg_test"))]

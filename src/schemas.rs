@@ -127,13 +127,12 @@ fn check_shard_free(table: &str, shard: Shard) {
 }
 
 fn register(schema_name: &str, shard: Shard) {
-    crate::ownership::check(shard).or_raise();
+    crate::fleet::check(shard).or_raise();
     let table = registry_table();
     // Registrations queue behind each other, so the checks below stay true
-    // until the insert; readers are not blocked. (A lock without LOCK
-    // TABLE's privilege check: INSERT on the registry is what registering takes.)
-    let rel = catalog::relation(c"shard_schema_registry").ok_or(IdError::NotInstalled).or_raise();
-    catalog::lock(rel, pg_sys::ShareRowExclusiveLock);
+    // until the insert (the unique keys catch anyone else); INSERT on the
+    // registry is what registering takes, checked before queueing.
+    catalog::lock_to_change(c"shard_schema_registry", pg_sys::ACL_INSERT);
     let existing: Option<i32> =
         catalog::query_one(&format!("SELECT shard FROM {table} WHERE schema_name = $1::text::name"), &[schema_name.into()]);
     if let Some(shard) = existing {

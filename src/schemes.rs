@@ -35,7 +35,7 @@ fn value_error(e: SchemeError) -> IdError {
 }
 
 fn timestamptz_of_unix_ms(ms: i64) -> TimestampWithTimeZone {
-    crate::ids::timestamptz(layout::timestamptz_of_ms(ms, 0))
+    crate::clock::timestamptz(layout::timestamptz_of_ms(ms, 0))
 }
 
 /// Unix milliseconds of a finite `timestamptz`, rounded down.

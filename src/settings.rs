@@ -16,6 +16,7 @@ static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(S
 static EPOCH_UNIX_MS: OnceCell<i64> = OnceCell::new();
 static MAX_CLOCK_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 static PUBLIC_ID_KEY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static FLEET_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
 static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 static TRACK_STATUS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -33,6 +34,14 @@ pub fn register(preloading: bool) {
         );
         // Refuse to start with an epoch that cannot be parsed.
         configured_epoch_ms();
+        GucRegistry::define_string_guc(
+            c"pg_idgen.fleet_database",
+            c"The database that records which logical shards this server mints for.",
+            c"shard_claim, shard_release and shard_adopt run there; every database of the server follows it.",
+            &FLEET_DATABASE,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
     }
     GucRegistry::define_int_guc(
         c"pg_idgen.max_clock_lead_ms",
@@ -93,6 +102,11 @@ pub fn public_id_key() -> Option<String> {
         IdError::PublicKeyNotPreloaded.raise()
     }
     PUBLIC_ID_KEY.get().map(|k| k.to_string_lossy().into_owned()).filter(|k| !k.is_empty())
+}
+
+/// The database that records the server's shard ownership.
+pub fn fleet_database() -> String {
+    FLEET_DATABASE.get().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "postgres".into())
 }
 
 /// Read by the planner hook, which must not panic: no thread check here.

@@ -76,11 +76,25 @@ pub struct DbMark {
     pub reserved_ms: AtomicI64,
 }
 
+/// Words of a bitmap with one bit per logical shard.
+pub const SHARD_WORDS: usize = (MAX_SHARD as usize + 1) / 64;
+
+/// The server's shard ownership, the same for every database (see `fleet`).
+pub struct FleetState {
+    /// Set once the ownership recorded in the fleet database is loaded.
+    pub loaded: AtomicBool,
+    /// Mint only the claimed shards (else every shard not released).
+    pub claims_only: AtomicBool,
+    pub claimed: [AtomicU64; SHARD_WORDS],
+    pub released: [AtomicU64; SHARD_WORDS],
+}
+
 #[repr(C)]
 pub struct SharedState {
     pub shards: [Slot; MAX_SHARD as usize + 1],
     pub uuid: Slot,
     pub marks: [DbMark; MAX_DATABASES],
+    pub fleet: FleetState,
 }
 
 // SAFETY: the state is only atomics, valid in any process that maps it.
@@ -89,7 +103,18 @@ unsafe impl PGRXSharedMemory for SharedState {}
 impl SharedState {
     fn new() -> Self {
         const FREE: DbMark = DbMark { dboid: AtomicU32::new(0), reserved_ms: AtomicI64::new(0) };
-        SharedState { shards: [Slot::EMPTY; MAX_SHARD as usize + 1], uuid: Slot::EMPTY, marks: [FREE; MAX_DATABASES] }
+        const ZERO: AtomicU64 = AtomicU64::new(0);
+        SharedState {
+            shards: [Slot::EMPTY; MAX_SHARD as usize + 1],
+            uuid: Slot::EMPTY,
+            marks: [FREE; MAX_DATABASES],
+            fleet: FleetState {
+                loaded: AtomicBool::new(false),
+                claims_only: AtomicBool::new(false),
+                claimed: [ZERO; SHARD_WORDS],
+                released: [ZERO; SHARD_WORDS],
+            },
+        }
     }
 
     /// The mark entry of a database, claiming a free one the first time.
@@ -99,6 +124,19 @@ impl SharedState {
                 Ok(_) => return Ok(m),
                 Err(owner) if owner == dboid => return Ok(m),
                 Err(_) => {}
+            }
+        }
+        Err(IdError::TooManyDatabases(MAX_DATABASES))
+    }
+
+    /// Takes over the entry of a database that no longer exists (`exists`
+    /// says which do), for database `dboid`; its reservation starts afresh.
+    pub fn reclaim_mark(&self, dboid: u32, exists: impl Fn(u32) -> bool) -> Result<&DbMark, IdError> {
+        for m in &self.marks {
+            let owner = m.dboid.load(Ordering::Acquire);
+            if owner != 0 && !exists(owner) && m.dboid.compare_exchange(owner, dboid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                m.reserved_ms.store(0, Ordering::Release);
+                return Ok(m);
             }
         }
         Err(IdError::TooManyDatabases(MAX_DATABASES))

@@ -8,7 +8,7 @@ use crate::core::generator::{TickFormat, RETIRED};
 use crate::core::layout::{self, ID_TICKS, MAX_MS};
 use crate::core::uuid_layout::UUID_TICKS;
 use crate::errors::OrRaise;
-use crate::ids::timestamptz;
+use crate::clock::timestamptz;
 use crate::mark::{self, DbReservation};
 use crate::shared::{self, Slot};
 use crate::{clock, settings};

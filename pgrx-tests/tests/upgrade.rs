@@ -91,11 +91,10 @@ fn dump_and_restore_into_a_new_database_and_a_new_server() {
         restore(&source, db, &source.dir.join(file), custom);
         check(&mut source.client_db(db), old_max);
     }
-    // A new server.
+    // A new server, into its fleet database (which records the server's claims).
     let target = Server::init("dump-target", &["shared_preload_libraries = 'pg_idgen'"]);
-    target.client().batch_execute("CREATE DATABASE restored").unwrap();
-    restore(&target, "restored", &source.dir.join("db.dump"), true);
-    check(&mut target.client_db("restored"), old_max);
+    restore(&target, "postgres", &source.dir.join("db.dump"), true);
+    check(&mut target.client(), old_max);
 }
 
 #[test]

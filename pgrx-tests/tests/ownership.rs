@@ -1,0 +1,114 @@
+//! Fleet ownership without a gap: a server's claims and releases hold in
+//! every database, across restarts, and through any order of claims,
+//! releases, prepared transactions and savepoints.
+
+use pg_idgen_e2e::{sqlstate, Server};
+
+fn mint(c: &mut pg_idgen_e2e::postgres::Client, shard: i32) -> String {
+    sqlstate(c.query_one("SELECT next_shard_id($1)", &[&shard]))
+}
+
+#[test]
+fn releasing_the_last_claim_never_means_every_shard() {
+    let mut s = Server::start("own-last-claim", &[]);
+    let mut c = s.client();
+    c.batch_execute("SELECT shard_claim(5, 5); SELECT next_shard_id(5)").unwrap();
+    let high: i64 = c.query_one("SELECT shard_release(5)", &[]).unwrap().get(0);
+    for shard in [4, 5, 6, 4000] {
+        assert_eq!(mint(&mut c, shard), "55000", "shard {shard} after releasing the last claim");
+    }
+    s.restart();
+    let mut c = s.client();
+    for shard in [5, 6, 4000] {
+        assert_eq!(mint(&mut c, shard), "55000", "shard {shard} after a restart");
+    }
+    // Only an adoption (at or above the release) brings it back.
+    c.execute("SELECT shard_adopt(5, $1)", &[&high]).unwrap();
+    let id: i64 = c.query_one("SELECT next_shard_id(5)", &[]).unwrap().get(0);
+    assert!(id > high);
+}
+
+#[test]
+fn a_release_holds_in_every_database_and_after_a_crash() {
+    let mut s = Server::start("own-databases", &[]);
+    s.client().batch_execute("CREATE DATABASE other").unwrap();
+    s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    s.client().batch_execute("SELECT shard_claim(0, 99); SELECT next_shard_id(5); SELECT shard_release(5)").unwrap();
+    let mut o = s.client_db("other");
+    assert_eq!(mint(&mut o, 5), "55000", "released, in another database");
+    assert_eq!(mint(&mut o, 500), "55000", "unclaimed, in another database");
+    assert_eq!(mint(&mut o, 6), "ok");
+    assert_eq!(sqlstate(o.batch_execute("SELECT shard_claim(500, 500)")), "55000", "ownership changes in the fleet database only");
+    s.stop("immediate");
+    s.start_process();
+    let mut o = s.client_db("other");
+    assert_eq!(mint(&mut o, 5), "55000", "released, after a crash, in another database");
+    assert_eq!(mint(&mut o, 500), "55000");
+    assert_eq!(mint(&mut o, 6), "ok");
+}
+
+#[test]
+fn prepared_ownership_changes_are_refused_and_leave_nothing_behind() {
+    let s = Server::start("own-prepared", &["max_prepared_transactions = 5"]);
+    let mut c = s.client();
+    c.batch_execute("SELECT shard_claim(0, 99); SELECT next_shard_id(5)").unwrap();
+    for change in ["SELECT shard_release(5)", "SELECT shard_claim(200, 200)", "SELECT shard_own_all()", "DELETE FROM shard_releases"] {
+        c.batch_execute("BEGIN").unwrap();
+        c.batch_execute(change).unwrap();
+        let e = c.batch_execute("PREPARE TRANSACTION 'x'").unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some("0A000"), "{change}: {e:?}");
+        let _ = c.batch_execute("ROLLBACK");
+    }
+    let prepared: i64 = c.query_one("SELECT count(*) FROM pg_prepared_xacts", &[]).unwrap().get(0);
+    assert_eq!(prepared, 0);
+    // A later abort in the same backend changes nothing.
+    let _ = c.batch_execute("SELECT 1/0");
+    assert_eq!(mint(&mut c, 5), "ok", "the refused release left the shard minting");
+    assert_eq!(mint(&mut s.client_db("postgres"), 200), "55000", "the refused claim left nothing");
+}
+
+#[test]
+fn a_release_rolled_back_to_a_savepoint_mints_again_at_once() {
+    let s = Server::start("own-savepoint", &[]);
+    let mut c = s.client();
+    c.batch_execute("SELECT shard_claim(0, 99); SELECT next_shard_id(5)").unwrap();
+    c.batch_execute("BEGIN; SAVEPOINT a; SELECT shard_release(5)").unwrap();
+    assert_eq!(mint(&mut s.client(), 5), "55000", "retired at once, for other sessions too");
+    c.batch_execute("ROLLBACK TO SAVEPOINT a").unwrap();
+    assert_eq!(mint(&mut c, 5), "ok", "in the same transaction");
+    assert_eq!(mint(&mut s.client(), 5), "ok", "and in another session, before commit");
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(mint(&mut s.client(), 5), "ok");
+    // A release inside a PL/pgSQL exception block that fails is undone too.
+    c.batch_execute(
+        "DO $$ BEGIN PERFORM shard_release(6); PERFORM 1/0; EXCEPTION WHEN division_by_zero THEN NULL; END $$",
+    )
+    .unwrap();
+    assert_eq!(mint(&mut s.client(), 6), "ok");
+}
+
+#[test]
+fn adopting_beyond_the_lead_bound_is_refused() {
+    let s = Server::start("own-adopt-ahead", &[]);
+    let mut c = s.client();
+    let far: i64 = c.query_one("SELECT id_from_parts(clock_timestamp() + interval '3 minutes', 90, 0)", &[]).unwrap().get(0);
+    assert_eq!(sqlstate(c.execute("SELECT shard_adopt(90, $1)", &[&far])), "22023");
+    let near: i64 = c.query_one("SELECT id_from_parts(clock_timestamp() + interval '2 seconds', 90, 0)", &[]).unwrap().get(0);
+    c.execute("SELECT shard_adopt(90, $1)", &[&near]).unwrap();
+    let id: i64 = c.query_one("SELECT next_shard_id(90)", &[]).unwrap().get(0);
+    assert!(id > near);
+    assert_eq!(sqlstate(c.batch_execute("SELECT uuid_v7()")), "ok");
+}
+
+#[test]
+fn every_shard_again_only_by_an_explicit_call() {
+    let s = Server::start("own-all", &[]);
+    let mut c = s.client();
+    c.batch_execute("SELECT shard_claim(0, 9); SELECT next_shard_id(5)").unwrap();
+    let high: i64 = c.query_one("SELECT shard_release(5)", &[]).unwrap().get(0);
+    assert_eq!(sqlstate(c.batch_execute("SELECT shard_own_all()")), "55000", "refused while a release stands");
+    c.execute("SELECT shard_adopt(5, $1)", &[&high]).unwrap();
+    c.batch_execute("SELECT shard_own_all()").unwrap();
+    assert_eq!(mint(&mut c, 4000), "ok");
+    assert_eq!(mint(&mut s.client(), 5), "ok");
+}

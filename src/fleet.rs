@@ -1,0 +1,344 @@
+//! The server's shard ownership, the same in every database.
+//!
+//! Generators live in shared memory and serve every database of a server, so
+//! ownership is server-wide too. It is recorded in one database, named by
+//! `pg_idgen.fleet_database` (default `postgres`), in the extension's tables
+//! there (`shard_ownership`, `shard_releases`, `shard_fleet_mode`), which
+//! survive restarts and crashes and replicate to standbys. Shared memory
+//! holds its image:
+//!
+//! - at start (and after a crash, and on a standby once promoted) a
+//!   background worker connects to the fleet database and loads it; until
+//!   then minting waits briefly, then refuses;
+//! - every committed change to those tables (through `shard_claim` and the
+//!   others, or any other write: a trigger notices) is read back before its
+//!   commit and published at commit, while the tables are still locked;
+//! - a transaction that changed ownership cannot be prepared (0A000), and a
+//!   release rolled back, with its transaction or to a savepoint, un-retires
+//!   its generator at once.
+//!
+//! A backend sees its own uncommitted changes (read from the tables).
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::prelude::*;
+
+use crate::backend::BackendLocal;
+use crate::core::generator::RETIRED;
+use crate::core::layout::{self, Shard, MAX_SHARD, SEQ_BITS};
+use crate::errors::{IdError, OrRaise};
+use crate::shared::{self, FleetState, SHARD_WORDS};
+use crate::{catalog, settings};
+
+/// What the fleet database records, as bitmaps.
+#[derive(Clone)]
+struct Image {
+    claims_only: bool,
+    claimed: [u64; SHARD_WORDS],
+    released: [u64; SHARD_WORDS],
+    /// Shards adopted from another server, with the tick of the ID above which they mint.
+    adopted: Vec<(usize, u64)>,
+}
+
+impl Image {
+    fn every_shard() -> Image {
+        Image { claims_only: false, claimed: [0; SHARD_WORDS], released: [0; SHARD_WORDS], adopted: vec![] }
+    }
+
+    fn check(&self, shard: Shard) -> Result<(), IdError> {
+        let (w, b) = (shard.index() / 64, 1u64 << (shard.index() % 64));
+        if self.released[w] & b != 0 {
+            Err(IdError::ShardReleased(Some(shard.index() as i32)))
+        } else if self.claims_only && self.claimed[w] & b == 0 {
+            Err(IdError::ShardNotOwned(shard.index() as i32))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Reads the ownership tables of the current database (the fleet database).
+fn read_image() -> Image {
+    if catalog::relation(c"shard_ownership").is_none() {
+        return Image::every_shard(); // no extension here
+    }
+    let mut image = Image::every_shard();
+    let claims = catalog::query_rows(
+        &format!("SELECT first_shard, last_shard, adopted_after FROM {}", catalog::qualified("shard_ownership")),
+        &[],
+        |r| Ok((r.get::<i32>(1)?.unwrap_or(0), r.get::<i32>(2)?.unwrap_or(-1), r.get::<i64>(3)?)),
+    );
+    for (first, last, after) in &claims {
+        for s in (*first).max(0)..=(*last).min(MAX_SHARD) {
+            image.claimed[s as usize / 64] |= 1 << (s % 64);
+        }
+        if let Some(parts) = after.and_then(|a| layout::decompose(a).ok()) {
+            image.adopted.push((parts.shard as usize, ((parts.ms as u64) << SEQ_BITS) | parts.seq as u64));
+        }
+    }
+    let releases = catalog::query_rows(&format!("SELECT shard FROM {}", catalog::qualified("shard_releases")), &[], |r| {
+        Ok(r.get::<i32>(1)?.unwrap_or(-1))
+    });
+    for s in releases.iter().copied().filter(|s| (0..=MAX_SHARD).contains(s)) {
+        image.released[s as usize / 64] |= 1 << (s % 64);
+    }
+    // (Before ALTER EXTENSION UPDATE from 0.1.0 there is no mode table.)
+    let flagged = catalog::relation(c"shard_fleet_mode").is_some()
+        && catalog::query_one::<bool>(&format!("SELECT bool_or(claims_only) FROM {}", catalog::qualified("shard_fleet_mode")), &[])
+            .unwrap_or(false);
+    image.claims_only = flagged || !claims.is_empty() || !releases.is_empty();
+    image
+}
+
+/// Publishes an image, in an order that never lets a shard mint that
+/// neither the old nor the new image allows: refusals first, permissions last.
+fn publish(f: &FleetState, image: &Image) {
+    let state = shared::state().or_raise();
+    for (shard, tick) in &image.adopted {
+        // An adopted shard never mints at or below the ID it was adopted after.
+        let _ = state.shards[*shard].last.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+            (cur != RETIRED && cur < *tick).then_some(*tick)
+        });
+    }
+    for w in 0..SHARD_WORDS {
+        f.released[w].fetch_or(image.released[w], Ordering::AcqRel);
+    }
+    if image.claims_only {
+        f.claims_only.store(true, Ordering::Release);
+    }
+    for w in 0..SHARD_WORDS {
+        f.claimed[w].store(image.claimed[w], Ordering::Release);
+        f.released[w].store(image.released[w], Ordering::Release);
+    }
+    f.claims_only.store(image.claims_only, Ordering::Release);
+}
+
+/// Whether the current database is the fleet database.
+pub fn in_fleet_database() -> bool {
+    static CACHE: BackendLocal<Option<bool>> = BackendLocal::new(None);
+    if let Some(yes) = CACHE.get() {
+        return yes;
+    }
+    // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.
+    let name = unsafe {
+        let p = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+    };
+    let yes = name.as_deref() == Some(settings::fleet_database().as_str());
+    CACHE.set(Some(yes));
+    yes
+}
+
+/// Refuses to change ownership outside the fleet database.
+pub fn require_fleet_database() {
+    if !in_fleet_database() {
+        IdError::NotFleetDatabase(settings::fleet_database()).raise()
+    }
+}
+
+/// Whether this server mints for `shard`, in any database.
+#[inline]
+pub fn check(shard: Shard) -> Result<(), IdError> {
+    if CHANGED.get() {
+        return own_changes().check(shard);
+    }
+    let f = &shared::state()?.fleet;
+    if !f.loaded.load(Ordering::Acquire) {
+        wait_until_loaded(f)?;
+    }
+    let (w, b) = (shard.index() / 64, 1u64 << (shard.index() % 64));
+    if f.released[w].load(Ordering::Acquire) & b != 0 {
+        Err(IdError::ShardReleased(Some(shard.index() as i32)))
+    } else if f.claims_only.load(Ordering::Acquire) && f.claimed[w].load(Ordering::Acquire) & b == 0 {
+        Err(IdError::ShardNotOwned(shard.index() as i32))
+    } else {
+        Ok(())
+    }
+}
+
+/// Waits (at most 5 s, answering cancel) for the loader.
+fn wait_until_loaded(f: &FleetState) -> Result<(), IdError> {
+    for _ in 0..100 {
+        check_for_interrupts!();
+        if f.loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: sleeps this process only.
+        unsafe { pg_sys::pg_usleep(50_000) };
+    }
+    Err(IdError::OwnershipNotLoaded(settings::fleet_database()))
+}
+
+/// This transaction's view: the tables as it changed them.
+fn own_changes() -> Image {
+    static CACHE: BackendLocal<Option<(u64, Image)>> = BackendLocal::new(None);
+    let generation = catalog::generation();
+    if let Some((g, image)) = CACHE.borrow_mut().as_ref() {
+        if *g == generation {
+            return image.clone();
+        }
+    }
+    let image = read_image();
+    *CACHE.borrow_mut() = Some((generation, image.clone()));
+    image
+}
+
+// ---- this transaction's changes -------------------------------------------------
+
+/// The transaction changed the ownership tables of the fleet database.
+static CHANGED: BackendLocal<bool> = BackendLocal::new(false);
+/// Generators this transaction retired: (subtransaction, shard, state before).
+static RETIRED_HERE: BackendLocal<Vec<(pg_sys::SubTransactionId, usize, u64)>> = BackendLocal::new(Vec::new());
+/// The image read at pre-commit, published at commit.
+static TO_PUBLISH: BackendLocal<Option<Image>> = BackendLocal::new(None);
+static CALLBACKS: BackendLocal<bool> = BackendLocal::new(false);
+
+fn register_callbacks() {
+    if !CALLBACKS.get() {
+        CALLBACKS.set(true);
+        // SAFETY: registered once per process; the callbacks below never
+        // raise at commit or abort, where PostgreSQL forbids it.
+        unsafe {
+            pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
+        }
+    }
+}
+
+/// Notes that this transaction changed ownership (from the tables' trigger).
+fn note_change() {
+    if in_fleet_database() {
+        register_callbacks();
+        CHANGED.set(true);
+    }
+}
+
+/// Retires a shard's generator for `shard_release`, undone if the
+/// (sub)transaction rolls back. Returns the state it held.
+pub fn retire(shard: Shard) -> u64 {
+    register_callbacks();
+    let slot = &shared::state().or_raise().shards[shard.index()];
+    let prev = slot.last.swap(RETIRED, Ordering::AcqRel);
+    if prev != RETIRED {
+        // SAFETY: reads the current subtransaction's ID; no preconditions.
+        let subid = unsafe { pg_sys::GetCurrentSubTransactionId() };
+        RETIRED_HERE.borrow_mut().push((subid, shard.index(), prev));
+    }
+    prev
+}
+
+fn restore(entry: &(pg_sys::SubTransactionId, usize, u64)) {
+    if let Ok(state) = shared::state() {
+        let _ = state.shards[entry.1].last.compare_exchange(RETIRED, entry.2, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+fn end_of_transaction() {
+    CHANGED.set(false);
+    RETIRED_HERE.borrow_mut().clear();
+    *TO_PUBLISH.borrow_mut() = None;
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_COMMIT if CHANGED.get() => {
+            // May raise: the transaction then aborts.
+            let image = read_image();
+            *TO_PUBLISH.borrow_mut() = Some(image);
+        }
+        XACT_EVENT_PRE_PREPARE if CHANGED.get() || !RETIRED_HERE.borrow_mut().is_empty() => {
+            IdError::PrepareOwnership.raise()
+        }
+        XACT_EVENT_COMMIT => {
+            if let (Some(image), Ok(state)) = (TO_PUBLISH.borrow_mut().take(), shared::state()) {
+                publish(&state.fleet, &image);
+            }
+            end_of_transaction();
+        }
+        XACT_EVENT_ABORT => {
+            for entry in RETIRED_HERE.borrow_mut().iter().rev() {
+                restore(entry);
+            }
+            end_of_transaction();
+        }
+        XACT_EVENT_PREPARE => end_of_transaction(),
+        _ => {}
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn subxact_callback(
+    event: pg_sys::SubXactEvent::Type,
+    my: pg_sys::SubTransactionId,
+    parent: pg_sys::SubTransactionId,
+    _arg: *mut c_void,
+) {
+    use pg_sys::SubXactEvent::*;
+    let mut retired = RETIRED_HERE.borrow_mut();
+    match event {
+        SUBXACT_EVENT_ABORT_SUB => {
+            for entry in retired.iter().rev().filter(|e| e.0 == my) {
+                restore(entry);
+            }
+            retired.retain(|e| e.0 != my);
+        }
+        SUBXACT_EVENT_COMMIT_SUB => {
+            for e in retired.iter_mut().filter(|e| e.0 == my) {
+                e.0 = parent;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The trigger of the ownership tables: every backend drops its cached copy,
+/// and in the fleet database the change is published at commit.
+#[pg_trigger]
+fn pg_idgen_ownership_changed<'a>(
+    trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
+    let relid = trigger.relation()?.oid();
+    // SAFETY: queues an invalidation message for a relation that exists.
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
+    note_change();
+    Ok(None)
+}
+
+// ---- the loader ------------------------------------------------------------------
+
+/// Registers the loader (while the library is preloaded).
+pub fn init() {
+    BackgroundWorkerBuilder::new("pg_idgen fleet loader")
+        .set_type("pg_idgen fleet loader")
+        .set_library("pg_idgen")
+        .set_function("pg_idgen_fleet_loader")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load();
+}
+
+/// The loader: connects to the fleet database once the server accepts
+/// writes, loads its ownership into shared memory, then waits for shutdown
+/// (so that it runs again after a crash).
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn pg_idgen_fleet_loader(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi(Some(&settings::fleet_database()), None);
+    BackgroundWorker::transaction(|| {
+        let f = &shared::state().or_raise().fleet;
+        // Serialized with every change, which holds this lock until it has published.
+        if let Some(rel) = catalog::relation(c"shard_ownership") {
+            catalog::lock(rel, pg_sys::ShareUpdateExclusiveLock);
+        }
+        publish(f, &read_image());
+        f.loaded.store(true, Ordering::Release);
+    });
+    while BackgroundWorker::wait_latch(Some(Duration::from_secs(60))) {}
+}
