@@ -258,8 +258,12 @@ pub fn accept_invalidations() {
 fn pg_idgen_table_changed<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
-    let relid = trigger.relation()?.oid();
+    invalidate(trigger.relation()?.oid());
+    Ok(None)
+}
+
+/// Makes every backend drop its cached copy of a table of ours at its next transaction.
+pub fn invalidate(relid: pg_sys::Oid) {
     // SAFETY: queues an invalidation message for a relation that exists.
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
-    Ok(None)
 }

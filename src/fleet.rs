@@ -7,9 +7,11 @@
 //! survive restarts and crashes and replicate to standbys. Shared memory
 //! holds its image:
 //!
-//! - at start (and after a crash, and on a standby once promoted) a
-//!   background worker connects to the fleet database and loads it; until
-//!   then minting waits briefly, then refuses;
+//! - after a start, a crash or a promotion, the first mint loads it: in the
+//!   fleet database itself directly, elsewhere through a short-lived
+//!   background worker connected to the fleet database (minting waits for it
+//!   at most 5 s, then refuses with 55000 and tries again next time); a
+//!   server without that database owns every shard;
 //! - every committed change to those tables (through `shard_claim` and the
 //!   others, or any other write: a trigger notices) is read back before its
 //!   commit and published at commit, while the tables are still locked;
@@ -21,7 +23,6 @@
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::prelude::*;
@@ -147,7 +148,7 @@ pub fn check(shard: Shard) -> Result<(), IdError> {
     }
     let f = &shared::state()?.fleet;
     if !f.loaded.load(Ordering::Acquire) {
-        wait_until_loaded(f)?;
+        load(f)?;
     }
     let (w, b) = (shard.index() / 64, 1u64 << (shard.index() % 64));
     if f.released[w].load(Ordering::Acquire) & b != 0 {
@@ -159,8 +160,35 @@ pub fn check(shard: Shard) -> Result<(), IdError> {
     }
 }
 
-/// Waits (at most 5 s, answering cancel) for the loader.
-fn wait_until_loaded(f: &FleetState) -> Result<(), IdError> {
+/// Loads the fleet database's ownership into shared memory.
+fn load(f: &FleetState) -> Result<(), IdError> {
+    if in_fleet_database() {
+        load_here(f);
+        return Ok(());
+    }
+    let name = std::ffi::CString::new(settings::fleet_database()).unwrap_or_default();
+    // SAFETY: reads pg_database, a shared catalog, from any database.
+    let dboid = unsafe { pg_sys::get_database_oid(name.as_ptr(), true) };
+    if dboid == pg_sys::InvalidOid {
+        publish(f, &Image::every_shard()); // no fleet database: nothing was ever claimed
+        f.loaded.store(true, Ordering::Release);
+        return Ok(());
+    }
+    if !f.loader_started.swap(true, Ordering::AcqRel) {
+        let started = BackgroundWorkerBuilder::new("pg_idgen fleet loader")
+            .set_type("pg_idgen fleet loader")
+            .set_library("pg_idgen")
+            .set_function("pg_idgen_fleet_loader")
+            .set_argument(Some(pg_sys::Datum::from(dboid)))
+            .enable_spi_access()
+            .set_start_time(BgWorkerStartTime::RecoveryFinished)
+            .set_restart_time(None)
+            .load_dynamic();
+        if started.is_err() {
+            f.loader_started.store(false, Ordering::Release);
+            return Err(IdError::OwnershipNotLoaded(settings::fleet_database()));
+        }
+    }
     for _ in 0..100 {
         check_for_interrupts!();
         if f.loaded.load(Ordering::Acquire) {
@@ -169,7 +197,23 @@ fn wait_until_loaded(f: &FleetState) -> Result<(), IdError> {
         // SAFETY: sleeps this process only.
         unsafe { pg_sys::pg_usleep(50_000) };
     }
+    f.loader_started.store(false, Ordering::Release); // the next mint tries again
     Err(IdError::OwnershipNotLoaded(settings::fleet_database()))
+}
+
+/// Reads the ownership tables of this (the fleet) database into shared
+/// memory, serialized with every change (which holds the same lock until it
+/// has published).
+fn load_here(f: &FleetState) {
+    let rel = catalog::relation(c"shard_ownership");
+    if let Some(rel) = rel {
+        catalog::lock(rel, pg_sys::ShareUpdateExclusiveLock);
+    }
+    publish(f, &read_image());
+    f.loaded.store(true, Ordering::Release);
+    if let Some(rel) = rel {
+        catalog::unlock(rel, pg_sys::ShareUpdateExclusiveLock);
+    }
 }
 
 /// This transaction's view: the tables as it changed them.
@@ -302,43 +346,20 @@ unsafe extern "C-unwind" fn subxact_callback(
 fn pg_idgen_ownership_changed<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
-    let relid = trigger.relation()?.oid();
-    // SAFETY: queues an invalidation message for a relation that exists.
-    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
+    catalog::invalidate(trigger.relation()?.oid());
     note_change();
     Ok(None)
 }
 
 // ---- the loader ------------------------------------------------------------------
 
-/// Registers the loader (while the library is preloaded).
-pub fn init() {
-    BackgroundWorkerBuilder::new("pg_idgen fleet loader")
-        .set_type("pg_idgen fleet loader")
-        .set_library("pg_idgen")
-        .set_function("pg_idgen_fleet_loader")
-        .enable_spi_access()
-        .set_start_time(BgWorkerStartTime::RecoveryFinished)
-        .set_restart_time(Some(Duration::from_secs(5)))
-        .load();
-}
-
-/// The loader: connects to the fleet database once the server accepts
-/// writes, loads its ownership into shared memory, then waits for shutdown
-/// (so that it runs again after a crash).
+/// The loader, started by the first mint of a database other than the
+/// fleet database: connects to the fleet database (its OID is the
+/// argument), loads its ownership into shared memory and exits.
 #[pg_guard]
 #[no_mangle]
-pub extern "C-unwind" fn pg_idgen_fleet_loader(_arg: pg_sys::Datum) {
+pub extern "C-unwind" fn pg_idgen_fleet_loader(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    BackgroundWorker::connect_worker_to_spi(Some(&settings::fleet_database()), None);
-    BackgroundWorker::transaction(|| {
-        let f = &shared::state().or_raise().fleet;
-        // Serialized with every change, which holds this lock until it has published.
-        if let Some(rel) = catalog::relation(c"shard_ownership") {
-            catalog::lock(rel, pg_sys::ShareUpdateExclusiveLock);
-        }
-        publish(f, &read_image());
-        f.loaded.store(true, Ordering::Release);
-    });
-    while BackgroundWorker::wait_latch(Some(Duration::from_secs(60))) {}
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(arg.value() as u32)), None);
+    BackgroundWorker::transaction(|| load_here(&shared::state().or_raise().fleet));
 }

@@ -41,13 +41,10 @@ pub extern "C-unwind" fn _PG_init() {
     no_backtraces();
     let preloading = shared::preloading();
     if preloading {
-        shared::init();
+        shared::init(mark::restart_floors);
         planner::init();
     }
     settings::register(preloading);
-    if preloading {
-        fleet::init();
-    }
 }
 
 /// No error of ours carries a Rust backtrace, whatever the server's

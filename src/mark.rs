@@ -162,7 +162,49 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     // SAFETY: flushes up to the end of the record setval just wrote (the
     // insert position itself may lie past a page header not yet written).
     unsafe { pg_sys::XLogFlush(pg_sys::XactLastRecEnd) };
+    write_server_file(mark.dboid.load(Ordering::Relaxed), target);
     mark.reserved_ms.fetch_max(target, Ordering::AcqRel);
+}
+
+/// The data-directory file of a database's reservation.
+const FILE_PREFIX: &str = "pg_idgen_mark.";
+
+/// Also keeps the reservation in the data directory, one file per database,
+/// written anew and renamed into place, synced: after a restart or a crash
+/// every generator starts above every database's reservation, whichever
+/// database mints first. (Standbys rely on the sequences, which replicate.)
+fn write_server_file(dboid: u32, target_ms: i64) {
+    let path = format!("{FILE_PREFIX}{dboid}");
+    let tmp = format!("{path}.tmp");
+    let written = (|| -> std::io::Result<()> {
+        std::fs::write(&tmp, target_ms.to_string())?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(".")?.sync_all()
+    })();
+    if let Err(e) = written {
+        IdError::Internal(format!("could not write file \"{path}\": {e}")).raise()
+    }
+}
+
+/// Where generators start after a (re)start of the server: above the largest
+/// reservation any database recorded in the data directory. Called in the
+/// postmaster when shared memory is initialized; unreadable files count as 0.
+pub fn restart_floors() -> (u64, u64) {
+    let is_mark = |name: &str| name.strip_prefix(FILE_PREFIX).is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()));
+    let max_ms = std::fs::read_dir(".")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| is_mark(&e.file_name().to_string_lossy()))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse::<i64>().ok())
+        .max()
+        .unwrap_or(0);
+    let floor = |ms: i64, bits: u32| if ms > 0 { ((ms as u64) << bits) - 1 } else { 0 };
+    if max_ms <= 0 {
+        return (0, 0);
+    }
+    (floor(max_ms + 1 - settings::configured_epoch_ms(), ID_TICKS.bits), floor(max_ms + 1, UUID_TICKS.bits))
 }
 
 /// Raises every generator so that its next value lies after Unix millisecond `persisted_ms`.

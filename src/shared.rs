@@ -83,6 +83,8 @@ pub const SHARD_WORDS: usize = (MAX_SHARD as usize + 1) / 64;
 pub struct FleetState {
     /// Set once the ownership recorded in the fleet database is loaded.
     pub loaded: AtomicBool,
+    /// A loader worker has been started and not yet given up on.
+    pub loader_started: AtomicBool,
     /// Mint only the claimed shards (else every shard not released).
     pub claims_only: AtomicBool,
     pub claimed: [AtomicU64; SHARD_WORDS],
@@ -101,20 +103,27 @@ pub struct SharedState {
 unsafe impl PGRXSharedMemory for SharedState {}
 
 impl SharedState {
-    fn new() -> Self {
+    /// Fresh state whose generators start above `floors` (ID ticks, UUID tick).
+    fn new(floors: (u64, u64)) -> Self {
         const FREE: DbMark = DbMark { dboid: AtomicU32::new(0), reserved_ms: AtomicI64::new(0) };
         const ZERO: AtomicU64 = AtomicU64::new(0);
-        SharedState {
+        let state = SharedState {
             shards: [Slot::EMPTY; MAX_SHARD as usize + 1],
             uuid: Slot::EMPTY,
             marks: [FREE; MAX_DATABASES],
             fleet: FleetState {
                 loaded: AtomicBool::new(false),
+                loader_started: AtomicBool::new(false),
                 claims_only: AtomicBool::new(false),
                 claimed: [ZERO; SHARD_WORDS],
                 released: [ZERO; SHARD_WORDS],
             },
+        };
+        for slot in &state.shards {
+            slot.last.store(floors.0, Ordering::Relaxed);
         }
+        state.uuid.last.store(floors.1, Ordering::Relaxed);
+        state
     }
 
     /// The mark entry of a database, claiming a free one the first time.
@@ -149,10 +158,15 @@ static STATE: PgAtomic<SharedState> = unsafe { PgAtomic::new(c"pg_idgen generato
 /// Set in the postmaster while preloading; backends inherit it through fork.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
-/// Requests and initialises the shared state. Called from `_PG_init` while
-/// the library is being preloaded.
-pub fn init() {
-    pg_shmem_init!(STATE = SharedState::new());
+/// Where the generators start after a (re)start: see `mark::restart_floors`.
+static FLOORS: std::sync::OnceLock<fn() -> (u64, u64)> = std::sync::OnceLock::new();
+
+/// Requests and initialises the shared state, whose generators start above
+/// `floors()` (called at every shared-memory initialization, after a crash
+/// too). Called from `_PG_init` while the library is being preloaded.
+pub fn init(floors: fn() -> (u64, u64)) {
+    let _ = FLOORS.set(floors);
+    pg_shmem_init!(STATE = SharedState::new(FLOORS.get().map_or((0, 0), |f| f())));
     PRELOADED.store(true, Ordering::Relaxed);
 }
 

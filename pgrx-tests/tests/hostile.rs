@@ -174,6 +174,16 @@ fn the_documented_grants_let_a_role_register_and_use_a_shard_schema() {
     .unwrap();
     let row = m.query_one("SELECT count(DISTINCT id), min(id_shard(id)), max(id_shard(id)) FROM mal.photos", &[]).unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i32>(1), row.get::<_, i32>(2)), (1000, 5, 5));
+    // The documented grant for fleet ownership.
+    assert_eq!(sqlstate(m.batch_execute("SELECT shard_claim(100, 199)")), "42501");
+    server
+        .client()
+        .batch_execute("GRANT INSERT, UPDATE, DELETE ON shard_ownership, shard_releases, shard_fleet_mode TO mallory")
+        .unwrap();
+    m.batch_execute("SELECT shard_claim(100, 199); SELECT next_shard_id(150); SELECT shard_release(150)").unwrap();
+    let high: i64 = m.query_one("SELECT high_water FROM shard_releases WHERE shard = 150", &[]).unwrap().get(0);
+    m.execute("SELECT shard_adopt(150, $1)", &[&high]).unwrap();
+    assert!(m.query_one("SELECT next_shard_id(150)", &[]).unwrap().get::<_, i64>(0) > high);
     // Dropping its own registered schema forgets the registration, through
     // the event trigger, without any right on the registry beyond INSERT.
     m.batch_execute("DROP SCHEMA mal CASCADE").unwrap();
