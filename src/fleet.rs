@@ -144,7 +144,7 @@ pub fn require_fleet_database() {
 #[inline]
 pub fn check(shard: Shard) -> Result<(), IdError> {
     if CHANGED.get() {
-        return own_changes().check(shard);
+        return check_own_changes(shard);
     }
     let f = &shared::state()?.fleet;
     if !f.loaded.load(Ordering::Acquire) {
@@ -216,18 +216,16 @@ fn load_here(f: &FleetState) {
     }
 }
 
-/// This transaction's view: the tables as it changed them.
-fn own_changes() -> Image {
+/// Checks a shard against this transaction's view: the tables as it
+/// changed them (read again after each change).
+fn check_own_changes(shard: Shard) -> Result<(), IdError> {
     static CACHE: BackendLocal<Option<(u64, Image)>> = BackendLocal::new(None);
     let generation = catalog::generation();
-    if let Some((g, image)) = CACHE.borrow_mut().as_ref() {
-        if *g == generation {
-            return image.clone();
-        }
+    if !matches!(CACHE.borrow_mut().as_ref(), Some((g, _)) if *g == generation) {
+        let image = read_image();
+        *CACHE.borrow_mut() = Some((generation, image));
     }
-    let image = read_image();
-    *CACHE.borrow_mut() = Some((generation, image.clone()));
-    image
+    CACHE.borrow_mut().as_ref().map_or(Ok(()), |(_, image)| image.check(shard))
 }
 
 // ---- this transaction's changes -------------------------------------------------
@@ -291,8 +289,17 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_PRE_COMMIT if CHANGED.get() => {
-            // May raise: the transaction then aborts.
+            // May raise: the transaction then aborts. The statement's snapshot
+            // is gone by now; read with a fresh one that sees every change of
+            // this transaction, as deferred triggers do.
+            // SAFETY: the transaction is still open; the snapshot is popped below.
+            unsafe {
+                pg_sys::CommandCounterIncrement();
+                pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+            }
             let image = read_image();
+            // SAFETY: pops the snapshot pushed above.
+            unsafe { pg_sys::PopActiveSnapshot() };
             *TO_PUBLISH.borrow_mut() = Some(image);
         }
         XACT_EVENT_PRE_PREPARE if CHANGED.get() || !RETIRED_HERE.borrow_mut().is_empty() => {
