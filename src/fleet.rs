@@ -115,6 +115,8 @@ fn publish(f: &FleetState, image: &Image) {
         f.released[w].store(image.released[w], Ordering::Release);
     }
     f.claims_only.store(image.claims_only, Ordering::Release);
+    // Every image is the whole of what the fleet database records.
+    f.loaded.store(true, Ordering::Release);
 }
 
 /// Whether the current database is the fleet database.
@@ -171,7 +173,6 @@ fn load(f: &FleetState) -> Result<(), IdError> {
     let dboid = unsafe { pg_sys::get_database_oid(name.as_ptr(), true) };
     if dboid == pg_sys::InvalidOid {
         publish(f, &Image::every_shard()); // no fleet database: nothing was ever claimed
-        f.loaded.store(true, Ordering::Release);
         return Ok(());
     }
     if !f.loader_started.swap(true, Ordering::AcqRel) {
@@ -210,7 +211,6 @@ fn load_here(f: &FleetState) {
         catalog::lock(rel, pg_sys::ShareUpdateExclusiveLock);
     }
     publish(f, &read_image());
-    f.loaded.store(true, Ordering::Release);
     if let Some(rel) = rel {
         catalog::unlock(rel, pg_sys::ShareUpdateExclusiveLock);
     }

@@ -172,6 +172,24 @@ mod tests {
         assert_eq!(bad, 0);
     }
 
+    /// PostgreSQL 18's own uuidv7(): its values decode with ours, to the
+    /// millisecond its uuid_extract_timestamp() gives, and so do ours.
+    #[cfg(feature = "pg18")]
+    #[pg_test]
+    fn core_uuidv7_and_ours_decode_alike() {
+        let bad: i64 = one(
+            "SELECT count(*) FROM (
+                 SELECT uuidv7() AS u FROM generate_series(1, 20000)
+                 UNION ALL SELECT uuidv7(g * interval '-1 day') FROM generate_series(1, 20000) g
+                 UNION ALL SELECT uuid_v7() FROM generate_series(1, 20000)
+                 UNION ALL SELECT uuid_v7('1970-01-01 00:00:00.001+00'::timestamptz + g * interval '1 day 1 ms') FROM generate_series(1, 20000) g) s
+              WHERE uuid_v7_ts(u) IS DISTINCT FROM date_trunc('milliseconds', uuid_extract_timestamp(u))
+                 OR uuid_extract_version(u) <> 7",
+        );
+        assert_eq!(bad, 0);
+        assert!(one::<bool>("SELECT uuid_v7_ts(gen_random_uuid()) IS NULL AND uuid_extract_timestamp(gen_random_uuid()) IS NULL"));
+    }
+
     #[pg_test]
     fn carries_the_current_time() {
         let ok: bool = one(

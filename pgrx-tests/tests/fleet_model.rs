@@ -129,7 +129,7 @@ fn run(seed: u64) -> (usize, usize) {
                 }
             }
             85..=89 => {
-                let offset = format!("-{}ms", rng.below(3000));
+                let offset = format!("-{}s", rng.below(4));
                 fleet.servers[server].set_clock(&offset);
             }
             90..=94 => fleet.servers[server].restart(),

@@ -184,7 +184,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     let inventory = |c: &mut Client| -> Vec<String> {
         c.query(
             "SELECT pg_describe_object(d.classid, d.objid, 0) || ' ' || coalesce((
-                 SELECT p.provolatile || p.proparallel || p.proisstrict || p.prosecdef || coalesce(p.proconfig::text, '')
+                 SELECT p.provolatile::text || p.proparallel::text || p.proisstrict::text || p.prosecdef::text || coalesce(p.proconfig::text, '')
                         || pg_get_function_result(p.oid) || prosrc
                    FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid), '') || coalesce((
                  SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull, ',' ORDER BY a.attname)
