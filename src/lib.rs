@@ -1,14 +1,15 @@
 //! pg_idgen: Instagram-style 64-bit IDs and RFC 9562 UUIDv7, minted inside PostgreSQL.
 //!
-//! `core` is plain Rust (layouts, the generator state machine), free of
-//! pgrx. SQL functions: `ids` (64-bit IDs), `uuid7`, `schemas` (logical
-//! shards as schemas), `ownership` (claims and shard moves), `public` (text
-//! forms), `schemes` (foreign layouts, ULID, KSUID, ObjectID), `status`. Behind them: `mark` (the persisted high-water mark),
-//! `epoch` (the epoch each database records), `fleet` (the server's
-//! shard ownership, in shared memory), `planner` (time filters as
-//! key ranges), `catalog` (the one door to the catalog), `shared` (shared
-//! memory), `settings` (GUCs), `backend`, `clock`, `random`, and `errors`
-//! (every error and the one way to raise it).
+//! `core` is plain Rust, free of pgrx: layouts, the generator state machine,
+//! codecs and foreign schemes. SQL functions: `ids` (64-bit IDs), `uuid7`,
+//! `schemas` (logical shards as schemas), `ownership` (claims and shard
+//! moves), `public` (text forms), `schemes` (foreign layouts, ULID, KSUID,
+//! ObjectID), `status`. Behind them: `mark` (the persisted high-water mark),
+//! `epoch` (the epoch each database records), `fleet` (the server's shard
+//! ownership, in shared memory), `planner` (time filters as key ranges),
+//! `catalog` (the one door to the catalog), `shared` (shared memory),
+//! `settings` (GUCs), `backend`, `clock`, `random`, and `errors` (every
+//! error and the one way to raise it).
 
 use pgrx::prelude::*;
 

@@ -5,69 +5,12 @@
 
 use pgrx::prelude::*;
 
+use crate::core::codec::{parse_key, Speck, B32, B62};
 use crate::errors::{IdError, OrRaise};
 use crate::settings;
 
-/// Digits in ASCII order, so that the text order of fixed-width strings
-/// (under the "C" collation) is their numeric order.
-const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-/// Crockford's base32 alphabet (ASCII order too).
-const BASE32: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-/// A fixed-width positional encoding.
-struct Encoding {
-    name: &'static str,
-    digits: &'static [u8],
-    /// Enough digits for any `u64`.
-    width: usize,
-    /// Maps an input byte to its digit value (Crockford accepts lowercase and look-alikes).
-    value_of: fn(u8) -> Option<u64>,
-}
-
-const B62: Encoding = Encoding {
-    name: "base62 ID",
-    digits: BASE62,
-    width: 11,
-    value_of: |b| BASE62.iter().position(|&d| d == b).map(|v| v as u64),
-};
-
-const B32: Encoding = Encoding {
-    name: "base32 ID",
-    digits: BASE32,
-    width: 13,
-    value_of: |b| {
-        let b = match b.to_ascii_uppercase() {
-            b'O' => b'0',
-            b'I' | b'L' => b'1',
-            b => b,
-        };
-        BASE32.iter().position(|&d| d == b).map(|v| v as u64)
-    },
-};
-
-impl Encoding {
-    fn encode(&self, mut v: u64) -> String {
-        let base = self.digits.len() as u64;
-        let mut out = vec![b'0'; self.width];
-        for slot in out.iter_mut().rev() {
-            *slot = self.digits[(v % base) as usize];
-            v /= base;
-        }
-        // The digit tables are ASCII, so each byte is one char.
-        out.into_iter().map(char::from).collect()
-    }
-
-    fn decode(&self, text: &str) -> Result<u64, IdError> {
-        let bad = || IdError::InvalidText { kind: self.name, input: text.into() };
-        if text.len() != self.width {
-            return Err(bad());
-        }
-        let base = self.digits.len() as u64;
-        text.bytes().try_fold(0u64, |acc, b| {
-            let d = (self.value_of)(b).ok_or_else(bad)?;
-            acc.checked_mul(base).and_then(|a| a.checked_add(d)).ok_or_else(bad)
-        })
-    }
+fn invalid(kind: &'static str, input: &str) -> IdError {
+    IdError::InvalidText { kind, input: input.into() }
 }
 
 /// A non-negative ID as u64.
@@ -88,7 +31,7 @@ fn id_to_base62(id: i64) -> String {
 
 #[pg_extern(immutable, parallel_safe, strict)]
 fn id_from_base62(text: &str) -> i64 {
-    signed(B62.decode(text).or_raise(), B62.name, text)
+    signed(B62.decode(text).ok_or_else(|| invalid(B62.name, text)).or_raise(), B62.name, text)
 }
 
 /// The ID as 13 Crockford base32 digits; text order is numeric order.
@@ -100,51 +43,7 @@ fn id_to_base32(id: i64) -> String {
 /// Crockford base32: case-insensitive, O reads as 0, I and L as 1.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn id_from_base32(text: &str) -> i64 {
-    signed(B32.decode(text).or_raise(), B32.name, text)
-}
-
-/// Speck64/128: 27 rounds on two 32-bit words under a 128-bit key.
-pub struct Speck {
-    round_keys: [u32; 27],
-}
-
-impl Speck {
-    pub fn new(key: u128) -> Speck {
-        let mut k = [0u32; 27];
-        let mut l = [0u32; 29];
-        k[0] = key as u32;
-        for (i, w) in l.iter_mut().take(3).enumerate() {
-            *w = (key >> (32 * (i + 1))) as u32;
-        }
-        for i in 0..26 {
-            l[i + 3] = k[i].wrapping_add(l[i].rotate_right(8)) ^ i as u32;
-            k[i + 1] = k[i].rotate_left(3) ^ l[i + 3];
-        }
-        Speck { round_keys: k }
-    }
-
-    pub fn encrypt(&self, block: u64) -> u64 {
-        let (mut x, mut y) = ((block >> 32) as u32, block as u32);
-        for &k in &self.round_keys {
-            x = x.rotate_right(8).wrapping_add(y) ^ k;
-            y = y.rotate_left(3) ^ x;
-        }
-        (x as u64) << 32 | y as u64
-    }
-
-    pub fn decrypt(&self, block: u64) -> u64 {
-        let (mut x, mut y) = ((block >> 32) as u32, block as u32);
-        for &k in self.round_keys.iter().rev() {
-            y = (y ^ x).rotate_right(3);
-            x = ((x ^ k).wrapping_sub(y)).rotate_left(8);
-        }
-        (x as u64) << 32 | y as u64
-    }
-}
-
-/// Parses the key setting: 32 hexadecimal digits (128 bits).
-pub fn parse_key(text: &str) -> Option<u128> {
-    (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit())).then(|| u128::from_str_radix(text, 16).ok())?
+    signed(B32.decode(text).ok_or_else(|| invalid(B32.name, text)).or_raise(), B32.name, text)
 }
 
 fn cipher() -> Speck {
@@ -164,63 +63,8 @@ fn id_public(id: i64) -> String {
 #[pg_extern(stable, parallel_safe, strict)]
 fn id_from_public(text: &str) -> i64 {
     const KIND: &str = "public ID";
-    let block = B62.decode(text).map_err(|_| IdError::InvalidText { kind: KIND, input: text.into() }).or_raise();
+    let block = B62.decode(text).ok_or_else(|| invalid(KIND, text)).or_raise();
     signed(cipher().decrypt(block), KIND, text)
-}
-
-#[cfg(test)]
-mod unit {
-    use super::*;
-
-    #[test]
-    fn speck64_128_matches_the_published_test_vector() {
-        // Key 1b1a1918 13121110 0b0a0908 03020100, plaintext 3b726574 7475432d.
-        let s = Speck::new(0x1b1a1918_13121110_0b0a0908_03020100);
-        assert_eq!(s.encrypt(0x3b726574_7475432d), 0x8c6fa548_454e028b);
-        assert_eq!(s.decrypt(0x8c6fa548_454e028b), 0x3b726574_7475432d);
-    }
-
-    #[test]
-    fn flipping_one_input_bit_flips_about_half_the_output_bits() {
-        let s = Speck::new(0x0123456789abcdef_fedcba9876543210);
-        let (mut flipped, mut total) = (0u64, 0u64);
-        let mut x: u64 = 0x9e3779b97f4a7c15;
-        for _ in 0..2000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let id = x >> 1;
-            let c = s.encrypt(id);
-            for bit in 0..63 {
-                flipped += (c ^ s.encrypt(id ^ (1 << bit))).count_ones() as u64;
-                total += 64;
-            }
-        }
-        let ratio = flipped as f64 / total as f64;
-        assert!((0.49..0.51).contains(&ratio), "{ratio}");
-    }
-
-    #[test]
-    fn encodings_round_trip_and_keep_order() {
-        for enc in [&B62, &B32] {
-            let mut prev = String::new();
-            for v in [0, 1, 61, 62, 1 << 40, i64::MAX as u64 - 1, i64::MAX as u64, u64::MAX] {
-                let t = enc.encode(v);
-                assert_eq!(t.len(), enc.width);
-                assert_eq!(enc.decode(&t), Ok(v));
-                assert!(t > prev, "{t} after {prev}");
-                prev = t;
-            }
-        }
-        assert_eq!(B62.encode(u64::MAX), "LygHa16AHYF");
-        assert!(B62.decode("LygHa16AHYG").is_err(), "past u64");
-        assert_eq!(B32.decode("0000000000oIl"), Ok(0o1 * 32 + 1), "Crockford look-alikes");
-    }
-
-    #[test]
-    fn keys_are_32_hex_digits() {
-        assert_eq!(parse_key("000102030405060708090a0b0c0d0e0F"), Some(0x000102030405060708090a0b0c0d0e0f));
-        assert_eq!(parse_key("00010203"), None);
-        assert_eq!(parse_key("g00102030405060708090a0b0c0d0e0f"), None);
-    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]

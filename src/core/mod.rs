@@ -2,6 +2,7 @@
 //! codecs. Nothing under this folder imports pgrx (a test checks it), so
 //! `cargo test` exercises it without a PostgreSQL server.
 
+pub mod codec;
 pub mod error;
 pub mod generator;
 pub mod layout;
