@@ -106,6 +106,16 @@ impl Server {
         server
     }
 
+    /// Like [`Server::init`], with these variables added to the environment
+    /// the server processes inherit (such as `RUST_BACKTRACE`).
+    pub fn init_env(name: &str, conf: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        server.initdb(conf);
+        server.start_process();
+        server
+    }
+
     fn initdb(&self, conf: &[&str]) {
         let server = self;
         check(
