@@ -71,7 +71,14 @@ const PRINT_LIMIT: usize = 400;
 #[test]
 fn corpus_outputs_are_unchanged_by_the_preload() {
     let started = Instant::now();
-    let regress = RegressCorpus::fetch();
+    let mut regress = RegressCorpus::fetch();
+    // The regression SQL is PostgreSQL 15's: on another major version only
+    // the own corpus runs (its files are written for every version).
+    let version = pg_config("--version").to_string_lossy().into_owned();
+    if !version.starts_with("PostgreSQL 15") {
+        println!("{version}: the regression corpus is PostgreSQL 15's, so only the own corpus runs here");
+        regress.tests.clear();
+    }
     let own = own_corpus();
     let files = corpus_files(&regress, &own);
     let statements: usize = files.iter().map(|f| f.statements).sum();
