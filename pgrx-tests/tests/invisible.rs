@@ -10,9 +10,9 @@
 //!
 //! - `regress`: PostgreSQL 15's own regression SQL (fetched by
 //!   `scripts/corpus`), every file of `parallel_schedule` in order, one
-//!   after the other, in database `regression`. On the preloaded server the
-//!   extension exists in database `postgres` but not in `regression`: this
-//!   tests the preload alone (shared memory, the planner hook deciding the
+//!   after the other, in database `regression`. Every server has the
+//!   extension in database `postgres` but not in `regression`: this tests
+//!   the preload alone (shared memory, the planner hook deciding the
 //!   database has no pg_idgen).
 //! - `regress_ext`: the same files again in database `regression_ext`,
 //!   where every server runs `CREATE EXTENSION pg_idgen` first (a stock
@@ -110,7 +110,12 @@ fn corpus_outputs_are_unchanged_by_the_preload() {
         let p = s.spawn(|| Server::init_env(&format!("diff-{third_label}"), if control { &[] } else { &[PRELOAD] }, &env));
         (a.join().unwrap(), b.join().unwrap(), p.join().unwrap())
     });
-    preloaded.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    // Every server has the extension in `postgres` too, so that all three
+    // hand out the same OIDs to what the corpus creates (opr_sanity lists
+    // some by OID).
+    for server in [&stock_a, &stock_b, &preloaded] {
+        server.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    }
 
     // The outputs stay for inspection when the test fails (removed when it passes).
     let out_root = std::env::temp_dir().join(format!("pg_idgen_invisible-{}", std::process::id()));
