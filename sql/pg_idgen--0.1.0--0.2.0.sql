@@ -136,7 +136,21 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'objectid_ts_wrapper';
 
--- Server-wide shard ownership (src/fleet.rs, sql/ownership.sql).
+-- Server-wide shard ownership (src/fleet.rs, sql/ownership.sql). From 0.2.0
+-- on, only the fleet database's claims and releases count: refuse to update
+-- a database whose own claims or releases would silently stop counting.
+DO $$
+BEGIN
+    IF current_database() OPERATOR(pg_catalog.<>)
+           coalesce(pg_catalog.current_setting('pg_idgen.fleet_database', true), 'postgres')
+       AND (EXISTS (SELECT FROM @extschema@.shard_ownership) OR EXISTS (SELECT FROM @extschema@.shard_releases)) THEN
+        RAISE EXCEPTION 'database "%" records shard claims or releases, but pg_idgen 0.2.0 reads them only from the fleet database "%"',
+            current_database(), coalesce(pg_catalog.current_setting('pg_idgen.fleet_database', true), 'postgres')
+            USING ERRCODE = '55000',
+                  HINT = 'Copy the rows of shard_ownership and shard_releases into the fleet database (pg_idgen.fleet_database), delete them here, then update.';
+    END IF;
+END
+$$;
 
 CREATE FUNCTION "pg_idgen_ownership_changed"()
 	RETURNS TRIGGER

@@ -41,6 +41,10 @@ pub enum IdError {
     PermissionDenied(String),
     /// Ownership changes outside the fleet database.
     NotFleetDatabase(String),
+    /// `pg_idgen.fleet_database` names a database that does not exist.
+    FleetDatabaseMissing(String),
+    /// `shard_adopt` back below this server's own release of the shard.
+    AdoptBelowRelease { shard: i32, after: i64, high_water: i64 },
     /// The loader has not yet loaded the server's ownership.
     OwnershipNotLoaded(String),
     /// PREPARE TRANSACTION after changing shard ownership.
@@ -105,7 +109,8 @@ impl IdError {
             InvalidEpoch(_) | PublicKeyInvalid => ERRCODE_INVALID_PARAMETER_VALUE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
             UnknownLayout(_) | AdoptAhead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
-            NotFleetDatabase(_) | OwnershipNotLoaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            NotFleetDatabase(_) | OwnershipNotLoaded(_) | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            AdoptBelowRelease { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             PrepareOwnership => ERRCODE_FEATURE_NOT_SUPPORTED,
             PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             NegativeLayoutId => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
@@ -221,6 +226,16 @@ impl IdError {
                 "the server's shard ownership is not loaded yet".into(),
                 Some(format!("The pg_idgen fleet loader reads it from database \"{db}\" (pg_idgen.fleet_database) after start.")),
                 Some("Retry in a moment; if it persists, check the server log for the loader and that the database exists.".into()),
+            ),
+            FleetDatabaseMissing(db) => (
+                format!("the fleet database \"{db}\" does not exist"),
+                Some("pg_idgen.fleet_database names the database that records which shards this server mints for; without it, ownership is unknown.".into()),
+                Some("Set pg_idgen.fleet_database to the database with the server's shard claims (or any existing database if it never claimed), and restart.".into()),
+            ),
+            AdoptBelowRelease { shard, after, high_water } => (
+                format!("ID {after} is below {high_water}, the ID shard {shard} was released at on this server"),
+                None,
+                Some(format!("Adopt it with an ID at or above {high_water}: the value shard_release returned on its last owner.")),
             ),
             PrepareOwnership => ("cannot PREPARE a transaction that changed shard ownership".into(), None, None),
             AdoptAhead { id, ahead_ms, max_lead_ms } => (

@@ -10,8 +10,9 @@
 //! - after a start, a crash or a promotion, the first mint loads it: in the
 //!   fleet database itself directly, elsewhere through a short-lived
 //!   background worker connected to the fleet database (minting waits for it
-//!   at most 5 s, then refuses with 55000 and tries again next time); a
-//!   server without that database owns every shard;
+//!   at most 5 s, then refuses with 55000 and tries again next time); if
+//!   that database does not exist, minting refuses (55000) rather than
+//!   guess;
 //! - every committed change to those tables (through `shard_claim` and the
 //!   others, or any other write: a trigger notices) is read back before its
 //!   commit and published at commit, while the tables are still locked;
@@ -94,6 +95,18 @@ fn read_image() -> Image {
     image
 }
 
+/// Reads the tables with a snapshot taken now (after the caller's lock),
+/// not the statement's or the transaction's: it sees every change committed
+/// before the lock was granted, and this transaction's own.
+fn read_latest() -> Image {
+    // SAFETY: a fresh snapshot, pushed and popped around the read.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let image = read_image();
+    // SAFETY: pops the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    image
+}
+
 /// Publishes an image, in an order that never lets a shard mint that
 /// neither the old nor the new image allows: refusals first, permissions last.
 fn publish(f: &FleetState, image: &Image) {
@@ -172,8 +185,8 @@ fn load(f: &FleetState) -> Result<(), IdError> {
     // SAFETY: reads pg_database, a shared catalog, from any database.
     let dboid = unsafe { pg_sys::get_database_oid(name.as_ptr(), true) };
     if dboid == pg_sys::InvalidOid {
-        publish(f, &Image::every_shard()); // no fleet database: nothing was ever claimed
-        return Ok(());
+        // A missing fleet database (a typo, a rename) must not mean "every shard".
+        return Err(IdError::FleetDatabaseMissing(settings::fleet_database()));
     }
     if !f.loader_started.swap(true, Ordering::AcqRel) {
         let started = BackgroundWorkerBuilder::new("pg_idgen fleet loader")
@@ -210,7 +223,7 @@ fn load_here(f: &FleetState) {
     if let Some(rel) = rel {
         catalog::lock(rel, pg_sys::ShareUpdateExclusiveLock);
     }
-    publish(f, &read_image());
+    publish(f, &read_latest());
     if let Some(rel) = rel {
         catalog::unlock(rel, pg_sys::ShareUpdateExclusiveLock);
     }
@@ -292,15 +305,9 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             // May raise: the transaction then aborts. The statement's snapshot
             // is gone by now; read with a fresh one that sees every change of
             // this transaction, as deferred triggers do.
-            // SAFETY: the transaction is still open; the snapshot is popped below.
-            unsafe {
-                pg_sys::CommandCounterIncrement();
-                pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-            }
-            let image = read_image();
-            // SAFETY: pops the snapshot pushed above.
-            unsafe { pg_sys::PopActiveSnapshot() };
-            *TO_PUBLISH.borrow_mut() = Some(image);
+            // SAFETY: the transaction is still open.
+            unsafe { pg_sys::CommandCounterIncrement() };
+            *TO_PUBLISH.borrow_mut() = Some(read_latest());
         }
         XACT_EVENT_PRE_PREPARE if CHANGED.get() || !RETIRED_HERE.borrow_mut().is_empty() => {
             IdError::PrepareOwnership.raise()

@@ -162,6 +162,14 @@ fn shard_adopt(shard: i32, after: i64) {
     if claim_holding(shard).is_some() {
         IdError::AlreadyOwned(parts.shard).raise()
     }
+    // Taking back a shard this server released: never below its own release.
+    let released_at: Option<i64> = catalog::query_one(
+        &format!("SELECT high_water FROM {} WHERE shard = $1", table("shard_releases")),
+        &[parts.shard.into()],
+    );
+    if let Some(high_water) = released_at.filter(|h| after < *h) {
+        IdError::AdoptBelowRelease { shard: parts.shard, after, high_water }.raise()
+    }
     catalog::run(
         &format!("INSERT INTO {} (first_shard, last_shard, adopted_after) VALUES ($1, $1, $2)", table("shard_ownership")),
         &[parts.shard.into(), after.into()],

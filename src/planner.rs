@@ -147,7 +147,7 @@ unsafe extern "C-unwind" fn planner(
             let mut found = Found { present: false, oids: std::mem::zeroed() };
             look_up(&mut found);
             if found.present {
-                walker(parse.cast(), (&mut found.oids as *mut Oids).cast());
+                walk_query(parse, &mut found.oids);
             }
         }
         match PREV_PLANNER {
@@ -221,8 +221,65 @@ unsafe fn length(list: *mut pg_sys::List) -> usize {
     if list.is_null() { 0 } else { unsafe { (*list).length as usize } }
 }
 
-/// Visits every query level (subqueries, CTEs, sublinks) and its WHERE and
-/// ON clauses, checking the stack depth at each node as core walkers do.
+/// Visits a query level, its subqueries and CTEs, and its WHERE and ON
+/// clauses. Only those can hold what the rewrite changes, so a query without
+/// sublinks (most of them) costs a few pointer checks: its expressions are
+/// not walked. A query with sublinks gets the full walk below.
+unsafe fn walk_query(q: *mut pg_sys::Query, oids: &mut Oids) {
+    // SAFETY: `q` is a valid Query; lists are PostgreSQL lists of the node types named.
+    unsafe {
+        raw::check_stack_depth();
+        if (*q).hasSubLinks {
+            raw::query_tree_walker(q, Some(walker), (oids as *mut Oids).cast(), 0);
+            return;
+        }
+        for i in 0..length((*q).cteList) {
+            let cte = nth((*q).cteList, i) as *mut pg_sys::CommonTableExpr;
+            let sub = (*cte).ctequery;
+            if !sub.is_null() && (*sub).type_ == NodeTag::T_Query {
+                walk_query(sub.cast(), oids);
+            }
+        }
+        for i in 0..length((*q).rtable) {
+            let rte = nth((*q).rtable, i) as *mut pg_sys::RangeTblEntry;
+            if (*rte).rtekind == pg_sys::RTEKind::RTE_SUBQUERY && !(*rte).subquery.is_null() {
+                walk_query((*rte).subquery, oids);
+            }
+        }
+        walk_jointree((*q).jointree.cast(), oids);
+    }
+}
+
+/// The WHERE and ON clauses of a join tree without sublinks.
+unsafe fn walk_jointree(node: *mut Node, oids: &Oids) {
+    if node.is_null() {
+        return;
+    }
+    // SAFETY: a valid join tree node: FromExpr, JoinExpr or RangeTblRef.
+    unsafe {
+        raw::check_stack_depth();
+        match (*node).type_ {
+            NodeTag::T_FromExpr => {
+                let f = node as *mut pg_sys::FromExpr;
+                (*f).quals = with_ranges((*f).quals, oids);
+                for i in 0..length((*f).fromlist) {
+                    walk_jointree(nth((*f).fromlist, i), oids);
+                }
+            }
+            NodeTag::T_JoinExpr => {
+                let j = node as *mut pg_sys::JoinExpr;
+                (*j).quals = with_ranges((*j).quals, oids);
+                walk_jointree((*j).larg, oids);
+                walk_jointree((*j).rarg, oids);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The full walk, for a query level with sublinks: every expression node,
+/// checking the stack depth at each as core walkers do; each query level it
+/// reaches goes back to `walk_query`.
 unsafe extern "C-unwind" fn walker(node: *mut Node, ctx: *mut c_void) -> bool {
     if node.is_null() {
         return false;
@@ -230,16 +287,18 @@ unsafe extern "C-unwind" fn walker(node: *mut Node, ctx: *mut c_void) -> bool {
     // SAFETY: `ctx` is the `Oids` passed by `planner`; `node` a valid parse node.
     unsafe {
         raw::check_stack_depth();
-        let oids = &*(ctx as *const Oids);
         match (*node).type_ {
-            NodeTag::T_Query => return raw::query_tree_walker(node.cast(), Some(walker), ctx, 0),
+            NodeTag::T_Query => {
+                walk_query(node.cast(), &mut *(ctx as *mut Oids));
+                return false;
+            }
             NodeTag::T_FromExpr => {
                 let f = node as *mut pg_sys::FromExpr;
-                (*f).quals = with_ranges((*f).quals, oids);
+                (*f).quals = with_ranges((*f).quals, &*(ctx as *const Oids));
             }
             NodeTag::T_JoinExpr => {
                 let j = node as *mut pg_sys::JoinExpr;
-                (*j).quals = with_ranges((*j).quals, oids);
+                (*j).quals = with_ranges((*j).quals, &*(ctx as *const Oids));
             }
             _ => {}
         }

@@ -112,3 +112,25 @@ fn every_shard_again_only_by_an_explicit_call() {
     assert_eq!(mint(&mut c, 4000), "ok");
     assert_eq!(mint(&mut s.client(), 5), "ok");
 }
+
+#[test]
+fn a_shard_is_never_adopted_back_below_its_own_release() {
+    let s = Server::start("own-adopt-below", &[]);
+    let mut c = s.client();
+    c.batch_execute("SELECT shard_claim(50, 50); SELECT next_shard_id(50) FROM generate_series(1, 3000)").unwrap();
+    let high: i64 = c.query_one("SELECT shard_release(50)", &[]).unwrap().get(0);
+    let below: i64 = c.query_one("SELECT id_from_parts(clock_timestamp() - interval '1 hour', 50, 0)", &[]).unwrap().get(0);
+    assert_eq!(sqlstate(c.execute("SELECT shard_adopt(50, $1)", &[&below])), "22023");
+    assert_eq!(mint(&mut c, 50), "55000", "still released");
+    c.execute("SELECT shard_adopt(50, $1)", &[&high]).unwrap();
+    let id: i64 = c.query_one("SELECT next_shard_id(50)", &[]).unwrap().get(0);
+    assert!(id > high);
+}
+
+#[test]
+fn a_missing_fleet_database_refuses_rather_than_owning_every_shard() {
+    let s = Server::start("own-no-fleet-db", &["pg_idgen.fleet_database = 'postgress'"]);
+    let mut c = s.client();
+    assert_eq!(mint(&mut c, 5), "55000");
+    assert_eq!(sqlstate(c.batch_execute("SELECT uuid_v7()")), "ok", "UUIDs do not depend on shard ownership");
+}

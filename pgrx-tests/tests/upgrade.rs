@@ -204,5 +204,14 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     let only_updated: Vec<_> = updated.iter().filter(|o| !fresh.contains(o)).collect();
     let only_fresh: Vec<_> = fresh.iter().filter(|o| !updated.contains(o)).collect();
     assert!(only_updated.is_empty() && only_fresh.is_empty(), "updated only: {only_updated:#?}\nfresh only: {only_fresh:#?}");
+
+    // A 0.1.0 database other than the fleet database with claims of its own:
+    // the update refuses, rather than let them silently stop counting.
+    c.batch_execute("CREATE DATABASE app").unwrap();
+    let mut app = server.client_db("app");
+    app.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.1.0'; INSERT INTO shard_ownership (first_shard, last_shard) VALUES (0, 4)")
+        .unwrap();
+    assert_eq!(sqlstate(app.batch_execute("ALTER EXTENSION pg_idgen UPDATE")), "55000");
+    app.batch_execute("DELETE FROM shard_ownership; ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let _ = std::fs::remove_file(installed);
 }
