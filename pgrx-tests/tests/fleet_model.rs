@@ -49,7 +49,7 @@ impl Fleet {
 
     fn mint(&mut self, seed: u64, step: usize, server: usize, db: &str, shard: i32) {
         let mut c = self.client(server, db);
-        let r = c.query_one("SELECT array_agg(next_shard_id($1) ORDER BY g) FROM generate_series(1, 50) g", &[&shard]);
+        let r = c.query_one("SELECT array_agg(next_shard_id($1) ORDER BY g) FROM generate_series(1, 200) g", &[&shard]);
         let owns = self.owner[&shard] == Some(server);
         match r {
             Ok(row) => {
