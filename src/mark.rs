@@ -152,7 +152,7 @@ fn extend(mark: &DbMark, need_ms: i64) {
 fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     let persisted = catalog::sequence_value(seq);
     if mark.reserved_ms.load(Ordering::Acquire) == 0 {
-        raise_floor(persisted);
+        raise_floor(persisted.max(last_replayed_commit_ms()));
     }
     let now_ms = clock::unix_us().div_euclid(1000);
     let target = need_ms.max(now_ms).max(persisted) + RESERVE_MS;
@@ -205,6 +205,19 @@ pub fn restart_floors() -> (u64, u64) {
         return (0, 0);
     }
     (floor(max_ms + 1 - settings::configured_epoch_ms(), ID_TICKS.bits), floor(max_ms + 1, UUID_TICKS.bits))
+}
+
+/// The time (Unix ms) of the last transaction replayed from WAL since this
+/// server started: after a crash recovery or a promotion, every ID of every
+/// committed and replayed transaction, in any database, was minted at or
+/// before it on the old primary's clock (unless it was borrowed ahead of that
+/// clock). So the first mark loaded in each database also starts the
+/// generators above it: a promoted standby whose clock lags does not repeat
+/// IDs another database handed out. 0 when nothing was replayed.
+fn last_replayed_commit_ms() -> i64 {
+    // SAFETY: reads the recovery state's last replayed commit/abort time.
+    let ts = unsafe { pg_sys::GetLatestXTime() };
+    if ts == 0 { 0 } else { crate::core::layout::unix_ms_of_timestamptz(ts) }
 }
 
 /// Raises every generator so that its next value lies after Unix millisecond `persisted_ms`.

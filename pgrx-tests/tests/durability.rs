@@ -165,3 +165,32 @@ fn an_unprivileged_role_writes_the_mark_with_the_first_id_after_a_start() {
     assert!(covered, "the mark on disk covers the first ID after the start");
     assert_eq!(sqlstate(c.query_one("SELECT setval('pg_idgen_hwm', 1)", &[])), "42501");
 }
+
+/// After a promotion, a shard minted in two databases never repeats an ID:
+/// the promoted server's first mark load in each database starts above the
+/// last transaction it replayed, whichever database minted it, even with its
+/// clock behind the old primary's (a reviewer's reproducer).
+#[test]
+fn a_promoted_standby_with_a_lagging_clock_does_not_repeat_another_databases_ids() {
+    let mut primary = Server::start_with_clock("promo_primary", &[]);
+    primary.client().batch_execute("CREATE DATABASE b").unwrap();
+    primary.client_db("b").batch_execute("CREATE EXTENSION pg_idgen; SELECT next_shard_id(3)").unwrap();
+    primary.client().batch_execute("SELECT next_shard_id(3)").unwrap();
+    let standby = Server::standby_of(&primary, "promo_standby", &[]);
+    standby.set_clock("-5s");
+    // The primary goes on minting in database postgres, past everything the
+    // standby's copied files and database b's mark know.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    primary
+        .client()
+        .batch_execute("CREATE TABLE old_ids AS SELECT next_shard_id(3) AS id FROM generate_series(1, 2000)")
+        .unwrap();
+    standby.wait_for_replay(&primary);
+    primary.stop("fast");
+    standby.promote();
+    let mut b = standby.client_db("b");
+    b.batch_execute("CREATE TABLE new_ids AS SELECT next_shard_id(3) AS id FROM generate_series(1, 20000)").unwrap();
+    let old_max: i64 = standby.client().query_one("SELECT max(id) FROM old_ids", &[]).unwrap().get(0);
+    let new_min: i64 = b.query_one("SELECT min(id) FROM new_ids", &[]).unwrap().get(0);
+    assert!(new_min > old_max, "database b minted {new_min}, not above {old_max} from database postgres");
+}
