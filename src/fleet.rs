@@ -51,14 +51,23 @@ impl Image {
     }
 
     fn check(&self, shard: Shard) -> Result<(), IdError> {
-        let (w, b) = (shard.index() / 64, 1u64 << (shard.index() % 64));
-        if self.released[w] & b != 0 {
-            Err(IdError::ShardReleased(Some(shard.index() as i32)))
-        } else if self.claims_only && self.claimed[w] & b == 0 {
-            Err(IdError::ShardNotOwned(shard.index() as i32))
-        } else {
-            Ok(())
-        }
+        let w = shard.index() / 64;
+        verdict(shard, self.released[w], self.claims_only, self.claimed[w])
+    }
+}
+
+/// Whether `shard` may mint, given its words of the released and claimed
+/// bitmaps and the mode: the one rule for the shared image and a
+/// transaction's own view.
+#[inline]
+fn verdict(shard: Shard, released: u64, claims_only: bool, claimed: u64) -> Result<(), IdError> {
+    let bit = 1u64 << (shard.index() % 64);
+    if released & bit != 0 {
+        Err(IdError::ShardReleased(Some(shard.index() as i32)))
+    } else if claims_only && claimed & bit == 0 {
+        Err(IdError::ShardNotOwned(shard.index() as i32))
+    } else {
+        Ok(())
     }
 }
 
@@ -165,14 +174,13 @@ pub fn check(shard: Shard) -> Result<(), IdError> {
     if !f.loaded.load(Ordering::Acquire) {
         load(f)?;
     }
-    let (w, b) = (shard.index() / 64, 1u64 << (shard.index() % 64));
-    if f.released[w].load(Ordering::Acquire) & b != 0 {
-        Err(IdError::ShardReleased(Some(shard.index() as i32)))
-    } else if f.claims_only.load(Ordering::Acquire) && f.claimed[w].load(Ordering::Acquire) & b == 0 {
-        Err(IdError::ShardNotOwned(shard.index() as i32))
-    } else {
-        Ok(())
-    }
+    let w = shard.index() / 64;
+    verdict(
+        shard,
+        f.released[w].load(Ordering::Acquire),
+        f.claims_only.load(Ordering::Acquire),
+        f.claimed[w].load(Ordering::Acquire),
+    )
 }
 
 /// Loads the fleet database's ownership into shared memory.

@@ -25,17 +25,17 @@ fn table(name: &str) -> String {
     catalog::qualified(name)
 }
 
-/// Records that the server mints only what it claims, from now on.
-fn claims_only_from_now_on() {
+/// Records whether the server mints only what it claims, from now on.
+fn set_claims_only(claims_only: bool) {
     if catalog::relation(c"shard_fleet_mode").is_none() {
         return; // the 0.1.0 schema, before ALTER EXTENSION UPDATE
     }
     catalog::run(
         &format!(
-            "INSERT INTO {} (claims_only) VALUES (true) ON CONFLICT (singleton) DO UPDATE SET claims_only = true",
+            "INSERT INTO {} (claims_only) VALUES ($1) ON CONFLICT (singleton) DO UPDATE SET claims_only = excluded.claims_only",
             table("shard_fleet_mode")
         ),
-        &[],
+        &[claims_only.into()],
     );
 }
 
@@ -88,7 +88,7 @@ fn shard_claim(first_shard: i32, last_shard: i32) {
         &format!("INSERT INTO {} (first_shard, last_shard) VALUES ($1, $2)", table("shard_ownership")),
         &[first_shard.into(), last_shard.into()],
     );
-    claims_only_from_now_on();
+    set_claims_only(true);
 }
 
 /// Stops minting for a shard on this server and returns an ID just above
@@ -136,7 +136,7 @@ fn shard_release(shard: i32) -> i64 {
         ),
         &[s.into(), high_water.into()],
     );
-    claims_only_from_now_on();
+    set_claims_only(true);
     high_water
 }
 
@@ -175,7 +175,7 @@ fn shard_adopt(shard: i32, after: i64) {
         &[parts.shard.into(), after.into()],
     );
     catalog::run(&format!("DELETE FROM {} WHERE shard = $1", table("shard_releases")), &[parts.shard.into()]);
-    claims_only_from_now_on();
+    set_claims_only(true);
 
     let reservation = DbReservation::current(settings::configured_epoch_ms());
     reservation.ensure_loaded();
@@ -201,13 +201,7 @@ fn shard_own_all() {
         IdError::ShardWasReleased(s).raise()
     }
     catalog::run(&format!("DELETE FROM {}", table("shard_ownership")), &[]);
-    catalog::run(
-        &format!(
-            "INSERT INTO {} (claims_only) VALUES (false) ON CONFLICT (singleton) DO UPDATE SET claims_only = false",
-            table("shard_fleet_mode")
-        ),
-        &[],
-    );
+    set_claims_only(false);
 }
 
 #[cfg(any(test, feature = "pg_test"))]

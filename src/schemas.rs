@@ -194,7 +194,7 @@ mod tests {
     fn a_failed_create_leaves_no_schema_behind() {
         Spi::run("SELECT shard_schema_create('first', 7)").unwrap();
         assert_eq!(sqlstate("shard_schema_create('second', 7)"), "23505");
-        assert!(!one::<bool>("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = 'second')"));
+        assert!(!one::<bool>("SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = 'second')"));
     }
 
     #[pg_test]

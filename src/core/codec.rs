@@ -3,10 +3,26 @@
 //! block cipher that makes public IDs.
 
 /// Digits in ASCII order, so that the text order of fixed-width strings
-/// (under the "C" collation) is their numeric order.
-const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-/// Crockford's base32 alphabet (ASCII order too).
-const BASE32: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+/// (under the "C" collation) is their numeric order. KSUID uses the same.
+pub const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// Crockford's base32 alphabet (ASCII order too); ULID uses the same.
+pub const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// The value of one base62 digit (`0-9A-Za-z`, case-sensitive).
+pub fn base62_digit(b: u8) -> Option<u8> {
+    BASE62.iter().position(|&d| d == b).map(|v| v as u8)
+}
+
+/// The value of one Crockford base32 symbol: case-insensitive, O read as 0,
+/// I and L as 1; U, hyphens and anything else refused.
+pub fn crockford_digit(b: u8) -> Option<u8> {
+    let b = match b.to_ascii_uppercase() {
+        b'O' => b'0',
+        b'I' | b'L' => b'1',
+        b => b,
+    };
+    CROCKFORD.iter().position(|&d| d == b).map(|v| v as u8)
+}
 
 /// A fixed-width positional encoding.
 pub struct Encoding {
@@ -14,30 +30,13 @@ pub struct Encoding {
     digits: &'static [u8],
     /// Enough digits for any `u64`.
     width: usize,
-    /// Maps an input byte to its digit value (Crockford accepts lowercase and look-alikes).
-    value_of: fn(u8) -> Option<u64>,
+    /// Maps an input byte to its digit value.
+    value_of: fn(u8) -> Option<u8>,
 }
 
-pub const B62: Encoding = Encoding {
-    name: "base62 ID",
-    digits: BASE62,
-    width: 11,
-    value_of: |b| BASE62.iter().position(|&d| d == b).map(|v| v as u64),
-};
+pub const B62: Encoding = Encoding { name: "base62 ID", digits: BASE62, width: 11, value_of: base62_digit };
 
-pub const B32: Encoding = Encoding {
-    name: "base32 ID",
-    digits: BASE32,
-    width: 13,
-    value_of: |b| {
-        let b = match b.to_ascii_uppercase() {
-            b'O' => b'0',
-            b'I' | b'L' => b'1',
-            b => b,
-        };
-        BASE32.iter().position(|&d| d == b).map(|v| v as u64)
-    },
-};
+pub const B32: Encoding = Encoding { name: "base32 ID", digits: CROCKFORD, width: 13, value_of: crockford_digit };
 
 impl Encoding {
     pub fn encode(&self, mut v: u64) -> String {
@@ -58,7 +57,7 @@ impl Encoding {
             return None;
         }
         let base = self.digits.len() as u64;
-        text.bytes().try_fold(0u64, |acc, b| acc.checked_mul(base)?.checked_add((self.value_of)(b)?))
+        text.bytes().try_fold(0u64, |acc, b| acc.checked_mul(base)?.checked_add(u64::from((self.value_of)(b)?)))
     }
 }
 

@@ -2,9 +2,8 @@
 //! Twitter, Discord, Sonyflake and pg_idgen's own), ULID, KSUID and MongoDB
 //! ObjectID.
 //!
-//! This file uses nothing but `std` (no crates, no `crate::` paths), so it
-//! compiles on its own and as a module of the extension. SQL glue lives
-//! elsewhere.
+//! This file uses nothing but `std` and the core's digit alphabets
+//! (`super::codec`), no crates. SQL glue lives elsewhere.
 //!
 //! Nothing here panics on untrusted input: text is examined byte by byte and
 //! never sliced, and arithmetic on caller-supplied numbers is checked.
@@ -13,6 +12,8 @@
 //! and Unix **seconds** for KSUID and ObjectID (their own resolution).
 
 use std::fmt;
+
+use super::codec::{base62_digit, crockford_digit, CROCKFORD};
 
 /// Why a scheme function refused its input.
 ///
@@ -327,22 +328,6 @@ impl Layout {
 /// Length of a ULID's canonical text form.
 pub const ULID_TEXT_LEN: usize = 26;
 
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-/// Value of one Crockford base32 symbol, case-insensitive, reading I and L as
-/// 1 and O as 0 (Crockford's decoding rule). U, hyphens and everything else
-/// are refused.
-fn crockford_value(b: u8) -> Option<u8> {
-    match b {
-        b'O' | b'o' => Some(0),
-        b'I' | b'i' | b'L' | b'l' => Some(1),
-        _ => {
-            let up = b.to_ascii_uppercase();
-            CROCKFORD.iter().position(|&c| c == up).map(|p| p as u8)
-        }
-    }
-}
-
 /// Parses a ULID's 26-character text into its 16 bytes (48-bit big-endian
 /// Unix ms, then 80 bits of randomness; the same bytes as a UUID).
 ///
@@ -358,7 +343,7 @@ pub fn ulid_decode(text: &str) -> Result<[u8; 16], SchemeError> {
     }
     let mut digits = [0u8; ULID_TEXT_LEN];
     for (d, &b) in digits.iter_mut().zip(bytes) {
-        *d = crockford_value(b).ok_or(BAD)?;
+        *d = crockford_digit(b).ok_or(BAD)?;
     }
     if digits[0] > 7 {
         return Err(SchemeError::ValueOutOfRange);
@@ -398,16 +383,6 @@ pub const KSUID_TEXT_LEN: usize = 27;
 /// KSUID epoch in Unix seconds: 2014-05-13 16:53:20 UTC.
 pub const KSUID_EPOCH_SECONDS: i64 = 1_400_000_000;
 
-/// Value of one base62 digit in KSUID's alphabet `0-9A-Za-z`.
-fn base62_value(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'A'..=b'Z' => Some(10 + (b - b'A')),
-        b'a'..=b'z' => Some(36 + (b - b'a')),
-        _ => None,
-    }
-}
-
 /// Parses a KSUID's 27 base62 characters (case-sensitive) into its 20 bytes:
 /// 4-byte big-endian seconds since [`KSUID_EPOCH_SECONDS`], then the 16-byte
 /// payload. Values above the 20-byte maximum (`aWgEPTl1tmebfsQzFP4bxwgy80V`)
@@ -420,7 +395,7 @@ pub fn ksuid_decode(text: &str) -> Result<[u8; 20], SchemeError> {
     }
     let mut digits = [0u8; KSUID_TEXT_LEN];
     for (d, &b) in digits.iter_mut().zip(bytes) {
-        *d = base62_value(b).ok_or(BAD)?;
+        *d = base62_digit(b).ok_or(BAD)?;
     }
     // Big-endian 160-bit accumulator: out = out * 62 + digit.
     let mut out = [0u8; 20];
