@@ -172,6 +172,20 @@ pub fn schema_oid(name: &str) -> Option<pg_sys::Oid> {
     (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
+/// The OID of a schema that exists now and cannot be dropped until this
+/// transaction ends: locked as core locks a schema it creates objects in
+/// (DROP SCHEMA waits for the lock), then looked up again, since a drop may
+/// have committed while we waited.
+pub fn lock_schema(name: &str) -> Option<pg_sys::Oid> {
+    let oid = schema_oid(name)?;
+    // SAFETY: a shared lock on the schema object; interruptible, seen by
+    // the deadlock detector, held until the end of the transaction.
+    unsafe {
+        pg_sys::LockDatabaseObject(pg_sys::NamespaceRelationId, oid, 0, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
+    };
+    (schema_oid(name) == Some(oid)).then_some(oid)
+}
+
 /// Serializes our functions that change a table of ours: checks first that
 /// the current user may make the change (`acl`, such as `ACL_INSERT`), so
 /// that a role without the right cannot queue a lock others wait behind,

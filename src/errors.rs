@@ -14,6 +14,9 @@ pub enum IdError {
     NegativeId(i64),
     /// A time before the epoch, past the range IDs can carry, or infinite.
     TimeOutOfRange,
+    /// The same for another kind of value: a UUIDv7, or an ID of a named
+    /// layout, with the first and last Unix millisecond it can carry.
+    TimeOutOfRangeFor { what: String, range: Option<(i64, i64)> },
     /// The wall clock itself reads a time the layout cannot carry.
     ClockOutOfRange,
     /// Minting would put an ID's time further ahead of the clock than allowed.
@@ -33,7 +36,6 @@ pub enum IdError {
     ForeignId { id: i64, id_shard: i32, shard: i32 },
     /// Minting in a read-only transaction (or on a hot standby).
     ReadOnly(&'static str),
-    TooManyDatabases(usize),
     InvalidEpoch(String),
     /// A layout name `id_decode(id, layout)` does not know.
     UnknownLayout(String),
@@ -46,7 +48,7 @@ pub enum IdError {
     /// `shard_adopt` back below this server's own release of the shard.
     AdoptBelowRelease { shard: i32, after: i64, high_water: i64 },
     /// The loader has not yet loaded the server's ownership.
-    OwnershipNotLoaded(String),
+    OwnershipNotLoaded { database: String, loader: crate::shared::LoaderState },
     /// PREPARE TRANSACTION after changing shard ownership.
     PrepareOwnership,
     /// `shard_adopt` with an ID further ahead of the clock than the lead bound.
@@ -97,7 +99,7 @@ impl IdError {
         use PgSqlErrorCode::*;
         match self {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-            TimeOutOfRange | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
+            TimeOutOfRange | TimeOutOfRangeFor { .. } | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
             ClockBehind { .. } | NotPreloaded | NotInstalled => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
@@ -105,11 +107,10 @@ impl IdError {
             ShardRangeInvalid { .. } | ForeignId { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardsOverlap { .. } => ERRCODE_UNIQUE_VIOLATION,
             ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
-            TooManyDatabases(_) => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             InvalidEpoch(_) | PublicKeyInvalid => ERRCODE_INVALID_PARAMETER_VALUE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
             UnknownLayout(_) | AdoptAhead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
-            NotFleetDatabase(_) | OwnershipNotLoaded(_) | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            NotFleetDatabase(_) | OwnershipNotLoaded { .. } | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             AdoptBelowRelease { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             PrepareOwnership => ERRCODE_FEATURE_NOT_SUPPORTED,
             PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -134,8 +135,16 @@ impl IdError {
                 None,
             ),
             TimeOutOfRange => (
-                "timestamp out of range for pg_idgen".into(),
+                "timestamp out of range for a pg_idgen ID".into(),
                 Some("An ID carries a time from pg_idgen.epoch to 2^40 milliseconds (about 34.8 years) after it.".into()),
+                None,
+            ),
+            TimeOutOfRangeFor { what, range } => (
+                format!("timestamp out of range for {what}"),
+                range.map(|(first, last)| {
+                    use crate::core::layout::format_unix_ms;
+                    format!("{} carries a time from {} to {}.", capitalized(what), format_unix_ms(first), format_unix_ms(last))
+                }),
                 None,
             ),
             ClockOutOfRange => (
@@ -197,11 +206,6 @@ impl IdError {
                 Some("Minting may write the persisted high-water mark, as nextval() writes its sequence.".into()),
                 None,
             ),
-            TooManyDatabases(n) => (
-                "too many databases mint pg_idgen values on this server".into(),
-                Some(format!("At most {n} databases can mint between two server starts.")),
-                None,
-            ),
             InvalidEpoch(v) => (
                 format!("invalid value for parameter \"pg_idgen.epoch\": \"{v}\""),
                 None,
@@ -222,11 +226,20 @@ impl IdError {
                 Some("Every database of a server mints for the same shards; pg_idgen.fleet_database names the one that records them.".into()),
                 Some(format!("Connect to database \"{db}\" (with CREATE EXTENSION pg_idgen there) to claim, release or adopt shards.")),
             ),
-            OwnershipNotLoaded(db) => (
-                "the server's shard ownership is not loaded yet".into(),
-                Some(format!("The pg_idgen fleet loader reads it from database \"{db}\" (pg_idgen.fleet_database) after start.")),
-                Some("Retry in a moment; if it persists, check the server log for the loader and that the database exists.".into()),
-            ),
+            OwnershipNotLoaded { database, loader } => {
+                use crate::shared::LoaderState::*;
+                let doing = match loader {
+                    NotStarted => "has not started yet".to_string(),
+                    Connecting => format!("could not connect to database \"{database}\" yet (see the server log)"),
+                    WaitingForLock => format!("is waiting for a lock on an ownership table in database \"{database}\", held by another transaction"),
+                    Loaded => "has just loaded it".to_string(),
+                };
+                (
+                    "the server's shard ownership is not loaded yet".into(),
+                    Some(format!("The pg_idgen loader reads it from database \"{database}\" (pg_idgen.fleet_database) after a start, crash recovery or promotion; it {doing}.")),
+                    Some(format!("Retry in a moment. The server log says what the loader waits for; minting in database \"{database}\" reads the ownership directly.")),
+                )
+            }
             FleetDatabaseMissing(db) => (
                 format!("the fleet database \"{db}\" does not exist"),
                 Some("pg_idgen.fleet_database names the database that records which shards this server mints for; without it, ownership is unknown.".into()),
@@ -297,6 +310,11 @@ impl IdError {
         report.report(PgLogLevel::ERROR);
         unreachable!("an ERROR report does not return")
     }
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
 }
 
 /// Input echoed in a message: at most 100 characters, so that a huge

@@ -7,12 +7,18 @@
 //! survive restarts and crashes and replicate to standbys. Shared memory
 //! holds its image:
 //!
-//! - after a start, a crash or a promotion, the first mint loads it: in the
-//!   fleet database itself directly, elsewhere through a short-lived
-//!   background worker connected to the fleet database (minting waits for it
-//!   at most 5 s, then refuses with 55000 and tries again next time); if
-//!   that database does not exist, minting refuses (55000) rather than
-//!   guess;
+//! - after a start, a crash recovery or a promotion, one loader reads it:
+//!   a background worker registered at server start
+//!   (`BgWorkerStart_RecoveryFinished`), so it needs no free worker slot and
+//!   only one ever runs. It connects to the fleet database, reads the tables
+//!   and exits; then, restarted, it stays idle without a database, so that
+//!   after a crash PostgreSQL starts it again at once. Minting in the fleet
+//!   database reads the tables itself; elsewhere it waits for the loader at
+//!   most 5 s, then refuses (55000) saying what the loader is doing. If the
+//!   fleet database does not exist, minting refuses (55000) rather than guess;
+//! - loading takes no lock that a change holds: it reads with a fresh
+//!   snapshot and publishes only if no change was published since it
+//!   started reading (a change publishes the whole image, which is newer);
 //! - every committed change to those tables (through `shard_claim` and the
 //!   others, or any other write: a trigger notices) is read back before its
 //!   commit and published at commit, while the tables are still locked;
@@ -26,13 +32,14 @@ use std::ffi::{c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use std::time::Duration;
 use pgrx::prelude::*;
 
 use crate::backend::BackendLocal;
 use crate::core::generator::RETIRED;
 use crate::core::layout::{self, Shard, MAX_SHARD, SEQ_BITS};
 use crate::errors::{IdError, OrRaise};
-use crate::shared::{self, FleetState, SHARD_WORDS};
+use crate::shared::{self, FleetState, LoaderState, SHARD_WORDS};
 use crate::{catalog, settings};
 
 /// What the fleet database records, as bitmaps.
@@ -117,9 +124,24 @@ fn read_latest() -> Image {
 }
 
 /// Publishes an image, in an order that never lets a shard mint that
-/// neither the old nor the new image allows: refusals first, permissions last.
-fn publish(f: &FleetState, image: &Image) {
-    let state = shared::state().or_raise();
+/// neither the old nor the new image allows: refusals first, permissions
+/// last. A load (`read_at`: the version seen before it read) publishes only
+/// if nothing was published since; a change always does. Returns whether it did.
+fn publish(f: &FleetState, image: &Image, read_at: Option<u64>) -> bool {
+    while f.publishing.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        std::hint::spin_loop();
+    }
+    let fresh = read_at.is_none_or(|v| v == f.version.load(Ordering::Acquire));
+    if fresh {
+        publish_image(f, image);
+        f.version.fetch_add(1, Ordering::AcqRel);
+    }
+    f.publishing.store(false, Ordering::Release);
+    fresh
+}
+
+fn publish_image(f: &FleetState, image: &Image) {
+    let Ok(state) = shared::state() else { return };
     for (shard, tick) in &image.adopted {
         // An adopted shard never mints at or below the ID it was adopted after.
         let _ = state.shards[*shard].last.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
@@ -172,7 +194,7 @@ pub fn check(shard: Shard) -> Result<(), IdError> {
     }
     let f = &shared::state()?.fleet;
     if !f.loaded.load(Ordering::Acquire) {
-        load(f)?;
+        wait_for_load(f)?;
     }
     let w = shard.index() / 64;
     verdict(
@@ -183,35 +205,30 @@ pub fn check(shard: Shard) -> Result<(), IdError> {
     )
 }
 
-/// Loads the fleet database's ownership into shared memory.
-fn load(f: &FleetState) -> Result<(), IdError> {
+/// How long minting waits for the loader.
+const LOAD_WAIT: Duration = Duration::from_secs(5);
+
+/// After a start, a crash recovery or a promotion: reads the ownership in
+/// the fleet database, elsewhere waits (at most `LOAD_WAIT`) for the loader.
+fn wait_for_load(f: &FleetState) -> Result<(), IdError> {
+    // SAFETY: reads the shared recovery state.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        // A standby's image would be stale once promoted; it cannot mint anyway.
+        return Err(IdError::ReadOnly("next_shard_id"));
+    }
     if in_fleet_database() {
         load_here(f);
         return Ok(());
     }
-    let name = std::ffi::CString::new(settings::fleet_database()).unwrap_or_default();
+    let db = settings::fleet_database();
+    let name = std::ffi::CString::new(db.clone()).unwrap_or_default();
     // SAFETY: reads pg_database, a shared catalog, from any database.
-    let dboid = unsafe { pg_sys::get_database_oid(name.as_ptr(), true) };
-    if dboid == pg_sys::InvalidOid {
+    if unsafe { pg_sys::get_database_oid(name.as_ptr(), true) } == pg_sys::InvalidOid {
         // A missing fleet database (a typo, a rename) must not mean "every shard".
-        return Err(IdError::FleetDatabaseMissing(settings::fleet_database()));
+        return Err(IdError::FleetDatabaseMissing(db));
     }
-    if !f.loader_started.swap(true, Ordering::AcqRel) {
-        let started = BackgroundWorkerBuilder::new("pg_idgen fleet loader")
-            .set_type("pg_idgen fleet loader")
-            .set_library("pg_idgen")
-            .set_function("pg_idgen_fleet_loader")
-            .set_argument(Some(pg_sys::Datum::from(dboid)))
-            .enable_spi_access()
-            .set_start_time(BgWorkerStartTime::RecoveryFinished)
-            .set_restart_time(None)
-            .load_dynamic();
-        if started.is_err() {
-            f.loader_started.store(false, Ordering::Release);
-            return Err(IdError::OwnershipNotLoaded(settings::fleet_database()));
-        }
-    }
-    for _ in 0..100 {
+    let steps = LOAD_WAIT.as_millis() / 50;
+    for _ in 0..steps {
         check_for_interrupts!();
         if f.loaded.load(Ordering::Acquire) {
             return Ok(());
@@ -219,22 +236,27 @@ fn load(f: &FleetState) -> Result<(), IdError> {
         // SAFETY: sleeps this process only.
         unsafe { pg_sys::pg_usleep(50_000) };
     }
-    f.loader_started.store(false, Ordering::Release); // the next mint tries again
-    Err(IdError::OwnershipNotLoaded(settings::fleet_database()))
+    if f.loaded.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    Err(IdError::OwnershipNotLoaded { database: db, loader: loader_state(f) })
+}
+
+/// What the loader is doing, as the error for a mint that waited for it says.
+fn loader_state(f: &FleetState) -> LoaderState {
+    match f.loader_state.load(Ordering::Acquire) {
+        1 => LoaderState::Connecting,
+        2 => LoaderState::WaitingForLock,
+        3 => LoaderState::Loaded,
+        _ => LoaderState::NotStarted,
+    }
 }
 
 /// Reads the ownership tables of this (the fleet) database into shared
-/// memory, serialized with every change (which holds the same lock until it
-/// has published).
+/// memory, without waiting for any change in progress (see `publish`).
 fn load_here(f: &FleetState) {
-    let rel = catalog::relation(c"shard_ownership");
-    if let Some(rel) = rel {
-        catalog::lock(rel, pg_sys::ShareUpdateExclusiveLock);
-    }
-    publish(f, &read_latest());
-    if let Some(rel) = rel {
-        catalog::unlock(rel, pg_sys::ShareUpdateExclusiveLock);
-    }
+    let read_at = f.version.load(Ordering::Acquire);
+    publish(f, &read_latest(), Some(read_at));
 }
 
 /// Checks a shard against this transaction's view: the tables as it
@@ -322,7 +344,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         }
         XACT_EVENT_COMMIT => {
             if let (Some(image), Ok(state)) = (TO_PUBLISH.borrow_mut().take(), shared::state()) {
-                publish(&state.fleet, &image);
+                publish(&state.fleet, &image, None);
             }
             end_of_transaction();
         }
@@ -375,13 +397,85 @@ fn pg_idgen_ownership_changed<'a>(
 
 // ---- the loader ------------------------------------------------------------------
 
-/// The loader, started by the first mint of a database other than the
-/// fleet database: connects to the fleet database (its OID is the
-/// argument), loads its ownership into shared memory and exits.
+/// Seconds before PostgreSQL starts the loader again after it exits: after
+/// loading it exits, and is started again to wait, idle, for a crash.
+const LOADER_RESTART: Duration = Duration::from_secs(10);
+
+/// Registers the loader with the postmaster (while preloading). Not during
+/// `pg_upgrade`, which must find no connection to the fleet database.
+pub fn register_loader() {
+    // SAFETY: a plain global flag of the server.
+    if unsafe { pg_sys::IsBinaryUpgrade } {
+        return;
+    }
+    BackgroundWorkerBuilder::new("pg_idgen loader")
+        .set_type("pg_idgen loader")
+        .set_library("pg_idgen")
+        .set_function("pg_idgen_loader")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(LOADER_RESTART))
+        .load();
+}
+
+/// The loader. PostgreSQL starts it once recovery is over: at server start,
+/// after a crash recovery (shared memory is new, so nothing is loaded) and
+/// when a standby is promoted. It connects to the fleet database, waits
+/// (without blocking anyone) for locks on the ownership tables, loads them,
+/// folds the mark files of dropped databases (see `mark`), and exits with
+/// code 1, which has PostgreSQL start it again after `LOADER_RESTART`: then
+/// it finds everything loaded and waits, connected to no database (so it
+/// never stands in the way of DROP DATABASE or pg_upgrade), until the
+/// server stops or crashes. Exit code 0 would unregister it.
 #[pg_guard]
 #[no_mangle]
-pub extern "C-unwind" fn pg_idgen_fleet_loader(arg: pg_sys::Datum) {
+pub extern "C-unwind" fn pg_idgen_loader(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(arg.value() as u32)), None);
-    BackgroundWorker::transaction(|| load_here(&shared::state().or_raise().fleet));
+    let f = &shared::state().or_raise().fleet;
+    if !f.loaded.load(Ordering::Acquire) {
+        f.loader_state.store(LoaderState::Connecting as u32, Ordering::Release);
+        let db = settings::fleet_database();
+        BackgroundWorker::connect_worker_to_spi(Some(&db), None);
+        let loaded = BackgroundWorker::transaction(|| {
+            if !lock_tables(f, &db) {
+                return false;
+            }
+            load_here(f);
+            crate::mark::fold_files_of_dropped_databases();
+            true
+        });
+        if loaded {
+            f.loader_state.store(LoaderState::Loaded as u32, Ordering::Release);
+            log!("pg_idgen: loaded the server's shard ownership from database \"{db}\"");
+        }
+    } else {
+        while BackgroundWorker::wait_latch(None) {}
+    }
+    // SAFETY: ends this worker process the way PostgreSQL's own do.
+    unsafe { pg_sys::proc_exit(1) };
+}
+
+/// Takes the loader's share locks on the ownership tables, waiting without
+/// queueing (so that it never blocks a change behind it) and saying so in
+/// the server log. False if the server is stopping.
+fn lock_tables(f: &FleetState, db: &str) -> bool {
+    for name in [c"shard_ownership", c"shard_releases", c"shard_fleet_mode"] {
+        let Some(rel) = catalog::relation(name) else { continue };
+        let mut logged = false;
+        // SAFETY: a conditional lock request on an existing relation of ours.
+        while !unsafe { pg_sys::ConditionalLockRelationOid(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE) } {
+            f.loader_state.store(LoaderState::WaitingForLock as u32, Ordering::Release);
+            if !logged {
+                log!(
+                    "pg_idgen loader: waiting for a lock on table {} in database \"{db}\" to load the server's shard ownership",
+                    name.to_string_lossy()
+                );
+                logged = true;
+            }
+            if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
+                return false;
+            }
+        }
+    }
+    true
 }

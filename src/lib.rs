@@ -42,10 +42,14 @@ pub extern "C-unwind" fn _PG_init() {
     no_backtraces();
     let preloading = shared::preloading();
     if preloading {
-        shared::init(mark::restart_floors);
-        planner::init();
+        shared::set_preloaded();
     }
     settings::register(preloading);
+    if preloading {
+        shared::init(mark::restart_floors);
+        planner::init();
+        fleet::register_loader();
+    }
 }
 
 /// No error of ours carries a Rust backtrace, whatever the server's

@@ -59,10 +59,8 @@ impl DbReservation {
         let mark = match MY_MARK.get() {
             Some(mark) => mark,
             None => {
-                // SAFETY: MyDatabaseId is set once a backend has connected.
-                let dboid = unsafe { pg_sys::MyDatabaseId }.to_u32();
-                let state = shared::state().or_raise();
-                let mark = state.mark_of(dboid).or_else(|_| state.reclaim_mark(dboid, database_exists)).or_raise();
+                shared::state().or_raise();
+                let mark = entry_for(my_database());
                 MY_MARK.set(Some(mark));
                 mark
             }
@@ -95,8 +93,43 @@ impl Reservation for DbReservation {
     }
 }
 
+fn my_database() -> u32 {
+    // SAFETY: MyDatabaseId is set once a backend has connected.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// The entry that holds a database's reservation: its shared entry, a free
+/// one, or one of a dropped database. When all `pg_idgen.max_databases` are
+/// taken by databases that exist, the session keeps a reservation of its
+/// own (in its own memory), extended under the same lock and written to
+/// the same sequence and file: just as safe, at the cost of a WAL flush per
+/// session and second of minting. Nothing another database does can stop
+/// this one from minting.
+fn entry_for(dboid: u32) -> &'static DbMark {
+    if let Some(mark) = shared::mark_of(dboid) {
+        return mark;
+    }
+    if let Some(mark) = shared::reclaim_mark(dboid, database_exists) {
+        return mark;
+    }
+    pgrx::log!(
+        "pg_idgen: more than pg_idgen.max_databases = {} databases mint on this server; sessions of database {dboid} each keep their own reservation",
+        crate::settings::max_databases()
+    );
+    Box::leak(Box::new(DbMark::new(dboid)))
+}
+
+/// This database's reservation in shared memory (Unix ms), without taking
+/// an entry: 0 when there is none (nothing minted here since the start).
+pub fn shared_reservation_ms() -> i64 {
+    MY_MARK
+        .get()
+        .or_else(|| shared::find_mark(my_database()))
+        .map_or(0, |m| m.reserved_ms.load(Ordering::Acquire))
+}
+
 /// Whether a database exists (a dropped one's mark entry can be reused).
-fn database_exists(dboid: u32) -> bool {
+pub fn database_exists(dboid: u32) -> bool {
     // SAFETY: a syscache existence probe; no locks kept.
     unsafe {
         pg_sys::SearchSysCacheExists(
@@ -168,18 +201,24 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
 
 /// The data-directory file of a database's reservation.
 const FILE_PREFIX: &str = "pg_idgen_mark.";
+/// The file that keeps the largest reservation of dropped databases
+/// (OID 0 is never a database's).
+const DROPPED_FILE: &str = "pg_idgen_mark.0";
 
 /// Also keeps the reservation in the data directory, one file per database,
 /// written anew and renamed into place, synced: after a restart or a crash
 /// every generator starts above every database's reservation, whichever
 /// database mints first. (Standbys rely on the sequences, which replicate.)
 fn write_server_file(dboid: u32, target_ms: i64) {
-    let path = format!("{FILE_PREFIX}{dboid}");
+    write_file(&format!("{FILE_PREFIX}{dboid}"), target_ms)
+}
+
+fn write_file(path: &str, target_ms: i64) {
     let tmp = format!("{path}.tmp");
     let written = (|| -> std::io::Result<()> {
         std::fs::write(&tmp, target_ms.to_string())?;
         std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
+        std::fs::rename(&tmp, path)?;
         std::fs::File::open(".")?.sync_all()
     })();
     if let Err(e) = written {
@@ -187,19 +226,40 @@ fn write_server_file(dboid: u32, target_ms: i64) {
     }
 }
 
-/// Where generators start after a (re)start of the server: above the largest
-/// reservation any database recorded in the data directory. Called in the
-/// postmaster when shared memory is initialized; unreadable files count as 0.
-pub fn restart_floors() -> (u64, u64) {
-    let is_mark = |name: &str| name.strip_prefix(FILE_PREFIX).is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()));
-    let max_ms = std::fs::read_dir(".")
+/// The mark files of the data directory: (database OID, reservation in Unix
+/// ms); an unreadable file counts as 0.
+fn mark_files() -> Vec<(u32, i64)> {
+    std::fs::read_dir(".")
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| is_mark(&e.file_name().to_string_lossy()))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse::<i64>().ok())
-        .max()
-        .unwrap_or(0);
+        .filter_map(|e| e.file_name().to_string_lossy().strip_prefix(FILE_PREFIX)?.parse::<u32>().ok())
+        .map(|oid| (oid, std::fs::read_to_string(format!("{FILE_PREFIX}{oid}")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)))
+        .collect()
+}
+
+/// Folds the files of databases that no longer exist into the one file of
+/// dropped databases, which keeps their largest reservation (so restart
+/// floors stay where they were), and removes them. Run by the loader after
+/// each start and promotion, the only process that writes that file.
+pub fn fold_files_of_dropped_databases() {
+    let files = mark_files();
+    let dropped: Vec<(u32, i64)> = files.iter().copied().filter(|(oid, _)| *oid != 0 && !database_exists(*oid)).collect();
+    let kept = files.iter().find(|(oid, _)| *oid == 0).map_or(0, |(_, ms)| *ms);
+    let largest = dropped.iter().map(|(_, ms)| *ms).max().unwrap_or(0);
+    if largest > kept {
+        write_file(DROPPED_FILE, largest);
+    }
+    for (oid, _) in dropped {
+        let _ = std::fs::remove_file(format!("{FILE_PREFIX}{oid}"));
+    }
+}
+
+/// Where generators start after a (re)start of the server: above the largest
+/// reservation any database recorded in the data directory. Called in the
+/// postmaster when shared memory is initialized.
+pub fn restart_floors() -> (u64, u64) {
+    let max_ms = mark_files().into_iter().map(|(_, ms)| ms).max().unwrap_or(0);
     let floor = |ms: i64, bits: u32| if ms > 0 { ((ms as u64) << bits) - 1 } else { 0 };
     if max_ms <= 0 {
         return (0, 0);
@@ -265,6 +325,11 @@ mod tests {
     #[pg_test(error = "cannot execute next_shard_id() in a read-only transaction")]
     fn read_only_error_names_the_function() {
         Spi::run("SET transaction_read_only = on; SELECT next_shard_id(1)").unwrap();
+    }
+
+    #[pg_test]
+    fn max_databases_is_a_server_start_setting() {
+        assert_eq!(one::<String>("SELECT context || ' ' || setting FROM pg_settings WHERE name = 'pg_idgen.max_databases'"), "postmaster 1000");
     }
 
     #[pg_test]

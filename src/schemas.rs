@@ -101,7 +101,7 @@ fn shard_schema_register(schema_name: &str, shard: i32) {
     if catalog::schema_oid(schema_name).is_none() {
         IdError::SchemaMissing(schema_name.into()).raise()
     }
-    register(schema_name, shard);
+    register(schema_name, shard, "shard_schema_register");
 }
 
 /// Creates a schema and registers it as a logical shard, all or nothing.
@@ -113,12 +113,17 @@ fn shard_schema_create(schema_name: &str, shard: i32) {
     if catalog::schema_oid(schema_name).is_none() {
         IdError::SchemaMissing(schema_name.into()).raise()
     }
-    register(schema_name, shard);
+    register(schema_name, shard, "shard_schema_create");
 }
+
+/// Rows of the registry whose schema exists: a row whose schema is gone
+/// (restored with triggers disabled, say) holds nothing, and the insert's
+/// trigger removes it when a registration needs its name or shard.
+const LIVE: &str = "JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.schema_name";
 
 fn check_shard_free(table: &str, shard: Shard) {
     let holder: Option<String> = catalog::query_one(
-        &format!("SELECT r.schema_name::text FROM {table} r WHERE r.shard = $1"),
+        &format!("SELECT r.schema_name::text FROM {table} r {LIVE} WHERE r.shard OPERATOR(pg_catalog.=) $1"),
         &[(shard.index() as i32).into()],
     );
     if let Some(schema) = holder {
@@ -126,15 +131,23 @@ fn check_shard_free(table: &str, shard: Shard) {
     }
 }
 
-fn register(schema_name: &str, shard: Shard) {
+fn register(schema_name: &str, shard: Shard, function: &'static str) {
+    crate::mark::check_writable(function);
     crate::fleet::check(shard).or_raise();
     let table = registry_table();
     // Registrations queue behind each other, so the checks below stay true
     // until the insert (the unique keys catch anyone else); INSERT on the
     // registry is what registering takes, checked before queueing.
     catalog::lock_to_change(c"shard_schema_registry", pg_sys::ACL_INSERT);
-    let existing: Option<i32> =
-        catalog::query_one(&format!("SELECT shard FROM {table} WHERE schema_name = $1::text::name"), &[schema_name.into()]);
+    // A DROP SCHEMA in progress either committed (then the schema is gone
+    // now) or waits for this transaction, and its trigger then sees the row.
+    if catalog::lock_schema(schema_name).is_none() {
+        IdError::SchemaMissing(schema_name.into()).raise()
+    }
+    let existing: Option<i32> = catalog::query_one(
+        &format!("SELECT r.shard FROM {table} r {LIVE} WHERE r.schema_name OPERATOR(pg_catalog.=) $1::text::name"),
+        &[schema_name.into()],
+    );
     if let Some(shard) = existing {
         IdError::SchemaAlreadyRegistered { schema: schema_name.into(), shard }.raise()
     }

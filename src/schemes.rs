@@ -21,16 +21,23 @@ fn layout_of(name: &str) -> Layout {
 /// value is malformed text too.
 fn text_error<'a>(kind: &'static str, input: &'a str) -> impl Fn(SchemeError) -> IdError + 'a {
     move |e| match e {
-        SchemeError::TimeOutOfRange => IdError::TimeOutOfRange,
+        SchemeError::TimeOutOfRange => IdError::TimeOutOfRangeFor { what: format!("a {kind}"), range: None },
         _ => IdError::InvalidText { kind, input: input.into() },
     }
 }
 
-fn value_error(e: SchemeError) -> IdError {
-    match e {
-        SchemeError::TimeOutOfRange => IdError::TimeOutOfRange,
+/// A time a layout's IDs cannot carry, with the layout's own range.
+fn out_of_range(layout: &Layout) -> IdError {
+    IdError::TimeOutOfRangeFor {
+        what: format!("an ID of layout \"{}\"", layout.name()),
+        range: layout.last_unix_ms().ok().map(|last| (layout.epoch_ms(), last)),
+    }
+}
+
+fn value_error(layout: &Layout) -> impl Fn(SchemeError) -> IdError + '_ {
+    move |e| match e {
         SchemeError::NegativeId => IdError::NegativeLayoutId,
-        SchemeError::ValueOutOfRange | SchemeError::InvalidText { .. } => IdError::TimeOutOfRange,
+        SchemeError::TimeOutOfRange | SchemeError::ValueOutOfRange | SchemeError::InvalidText { .. } => out_of_range(layout),
     }
 }
 
@@ -38,16 +45,17 @@ fn timestamptz_of_unix_ms(ms: i64) -> TimestampWithTimeZone {
     crate::clock::timestamptz(layout::timestamptz_of_ms(ms, 0))
 }
 
-/// Unix milliseconds of a finite `timestamptz`, rounded down.
-fn unix_ms_of(ts: TimestampWithTimeZone) -> i64 {
+/// Unix milliseconds of a finite `timestamptz`, rounded down, for `layout`.
+fn unix_ms_of(ts: TimestampWithTimeZone, layout: &Layout) -> i64 {
     if !ts.is_finite() {
-        IdError::TimeOutOfRange.raise()
+        out_of_range(layout).raise()
     }
     layout::unix_ms_of_timestamptz(ts.into())
 }
 
 fn decoded(id: i64, layout: &str) -> Decoded {
-    layout_of(layout).decode(id).map_err(value_error).or_raise()
+    let layout = layout_of(layout);
+    layout.decode(id).map_err(value_error(&layout)).or_raise()
 }
 
 /// The time of a 64-bit ID in a named layout (the `ts` of `id_decode(id, layout)`).
@@ -84,13 +92,15 @@ COMMENT ON FUNCTION id_decode(bigint, text) IS
 /// The smallest ID of a named layout that can carry the time unit of `ts`.
 #[pg_extern(immutable, parallel_safe, strict, name = "id_lower_bound")]
 fn id_lower_bound_layout(ts: TimestampWithTimeZone, layout: &str) -> i64 {
-    layout_of(layout).lower_bound(unix_ms_of(ts)).map_err(value_error).or_raise()
+    let layout = layout_of(layout);
+    layout.lower_bound(unix_ms_of(ts, &layout)).map_err(value_error(&layout)).or_raise()
 }
 
 /// The largest ID of a named layout that can carry the time unit of `ts`.
 #[pg_extern(immutable, parallel_safe, strict, name = "id_upper_bound")]
 fn id_upper_bound_layout(ts: TimestampWithTimeZone, layout: &str) -> i64 {
-    layout_of(layout).upper_bound(unix_ms_of(ts)).map_err(value_error).or_raise()
+    let layout = layout_of(layout);
+    layout.upper_bound(unix_ms_of(ts, &layout)).map_err(value_error(&layout)).or_raise()
 }
 
 /// A ULID (26 Crockford base32 characters) as the `uuid` of the same 128 bits.
@@ -131,6 +141,23 @@ fn objectid_ts(objectid: &str) -> TimestampWithTimeZone {
 mod tests {
     use crate::testing::{one, sqlstate};
     use pgrx::prelude::*;
+
+    #[pg_test]
+    fn range_errors_describe_the_layouts_own_range() {
+        use crate::testing::error_of;
+        assert_eq!(
+            error_of("id_lower_bound('-infinity', 'twitter')"),
+            "22008: timestamp out of range for an ID of layout \"twitter\" / \
+             An ID of layout \"twitter\" carries a time from 2010-11-04 01:42:54.657 UTC to 2080-07-10 17:30:30.208 UTC."
+        );
+        assert!(error_of("id_upper_bound('2000-01-01', 'discord')").contains("from 2015-01-01 00:00:00.000 UTC"));
+        assert!(error_of("id_lower_bound('2000-01-01', 'pg_idgen')").contains("layout \"pg_idgen\" carries a time from 2026-01-01"));
+        assert_eq!(
+            error_of("id_lower_bound('-infinity')"),
+            "22008: timestamp out of range for a pg_idgen ID / \
+             An ID carries a time from pg_idgen.epoch to 2^40 milliseconds (about 34.8 years) after it."
+        );
+    }
 
     #[pg_test]
     fn published_vectors_decode_in_sql() {

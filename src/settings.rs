@@ -1,4 +1,4 @@
-//! The server settings: `pg_idgen.epoch` and `pg_idgen.max_clock_lead_ms`.
+//! The server settings (`pg_idgen.*`).
 
 use std::ffi::{CStr, CString};
 
@@ -17,6 +17,8 @@ static EPOCH_UNIX_MS: OnceCell<i64> = OnceCell::new();
 static MAX_CLOCK_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 static PUBLIC_ID_KEY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static FLEET_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
+/// How many databases keep a shared reservation of the high-water mark.
+static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(1000);
 static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 static TRACK_STATUS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -39,6 +41,17 @@ pub fn register(preloading: bool) {
             c"The database that records which logical shards this server mints for.",
             c"shard_claim, shard_release and shard_adopt run there; every database of the server follows it.",
             &FLEET_DATABASE,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+        GucRegistry::define_int_guc(
+            c"pg_idgen.max_databases",
+            c"How many databases of the server share a reservation of the high-water mark in shared memory.",
+            c"16 bytes of shared memory each. Past it, each session of another database keeps a reservation of its own, \
+              which costs a WAL flush per session and second of minting.",
+            &MAX_DATABASES,
+            1,
+            1_000_000,
             GucContext::Postmaster,
             GucFlags::default(),
         );
@@ -107,6 +120,11 @@ pub fn public_id_key() -> Option<String> {
 /// The database that records the server's shard ownership.
 pub fn fleet_database() -> String {
     FLEET_DATABASE.get().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "postgres".into())
+}
+
+/// `pg_idgen.max_databases`, fixed at server start.
+pub fn max_databases() -> usize {
+    MAX_DATABASES.get().max(1) as usize
 }
 
 /// Read by the planner hook, which must not panic: no thread check here.

@@ -1,8 +1,9 @@
 //! Generator state in shared memory: one slot per logical shard, one for
-//! UUIDv7, and each database's reserved high-water mark. Present only when
-//! the library is preloaded.
+//! UUIDv7, the server's shard ownership, and (in a segment of its own, sized
+//! by `pg_idgen.max_databases`) each database's reserved high-water mark.
+//! Present only when the library is preloaded.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
@@ -10,9 +11,6 @@ use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 use crate::core::generator::{Minted, TickFormat};
 use crate::core::layout::MAX_SHARD;
 use crate::errors::IdError;
-
-/// How many databases of one server can mint (each keeps its own mark).
-pub const MAX_DATABASES: usize = 64;
 
 /// One generator's state and counters, alone on its cache line so that
 /// backends minting for different shards do not slow each other down.
@@ -76,6 +74,24 @@ pub struct DbMark {
     pub reserved_ms: AtomicI64,
 }
 
+impl DbMark {
+    pub const fn new(dboid: u32) -> DbMark {
+        DbMark { dboid: AtomicU32::new(dboid), reserved_ms: AtomicI64::new(0) }
+    }
+}
+
+/// What the ownership loader (see `fleet`) is doing, for error messages.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LoaderState {
+    /// Not started yet: the server is starting, or still a standby.
+    NotStarted = 0,
+    Connecting = 1,
+    /// Waiting for a lock on one of the ownership tables.
+    WaitingForLock = 2,
+    Loaded = 3,
+}
+
 /// Words of a bitmap with one bit per logical shard.
 pub const SHARD_WORDS: usize = (MAX_SHARD as usize + 1) / 64;
 
@@ -83,8 +99,12 @@ pub const SHARD_WORDS: usize = (MAX_SHARD as usize + 1) / 64;
 pub struct FleetState {
     /// Set once the ownership recorded in the fleet database is loaded.
     pub loaded: AtomicBool,
-    /// A loader worker has been started and not yet given up on.
-    pub loader_started: AtomicBool,
+    /// Counts publications: a load publishes only if none happened since it began reading.
+    pub version: AtomicU64,
+    /// Held while an image is being published (a spin lock: a few hundred stores).
+    pub publishing: AtomicBool,
+    /// The loader's `LoaderState`.
+    pub loader_state: AtomicU32,
     /// Mint only the claimed shards (else every shard not released).
     pub claims_only: AtomicBool,
     pub claimed: [AtomicU64; SHARD_WORDS],
@@ -95,7 +115,6 @@ pub struct FleetState {
 pub struct SharedState {
     pub shards: [Slot; MAX_SHARD as usize + 1],
     pub uuid: Slot,
-    pub marks: [DbMark; MAX_DATABASES],
     pub fleet: FleetState,
 }
 
@@ -105,15 +124,15 @@ unsafe impl PGRXSharedMemory for SharedState {}
 impl SharedState {
     /// Fresh state whose generators start above `floors` (ID ticks, UUID tick).
     fn new(floors: (u64, u64)) -> Self {
-        const FREE: DbMark = DbMark { dboid: AtomicU32::new(0), reserved_ms: AtomicI64::new(0) };
         const ZERO: AtomicU64 = AtomicU64::new(0);
         let state = SharedState {
             shards: [Slot::EMPTY; MAX_SHARD as usize + 1],
             uuid: Slot::EMPTY,
-            marks: [FREE; MAX_DATABASES],
             fleet: FleetState {
                 loaded: AtomicBool::new(false),
-                loader_started: AtomicBool::new(false),
+                version: AtomicU64::new(0),
+                publishing: AtomicBool::new(false),
+                loader_state: AtomicU32::new(LoaderState::NotStarted as u32),
                 claims_only: AtomicBool::new(false),
                 claimed: [ZERO; SHARD_WORDS],
                 released: [ZERO; SHARD_WORDS],
@@ -126,30 +145,48 @@ impl SharedState {
         state
     }
 
-    /// The mark entry of a database, claiming a free one the first time.
-    pub fn mark_of(&self, dboid: u32) -> Result<&DbMark, IdError> {
-        for m in &self.marks {
-            match m.dboid.compare_exchange(0, dboid, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(m),
-                Err(owner) if owner == dboid => return Ok(m),
-                Err(_) => {}
-            }
-        }
-        Err(IdError::TooManyDatabases(MAX_DATABASES))
-    }
+}
 
-    /// Takes over the entry of a database that no longer exists (`exists`
-    /// says which do), for database `dboid`; its reservation starts afresh.
-    pub fn reclaim_mark(&self, dboid: u32, exists: impl Fn(u32) -> bool) -> Result<&DbMark, IdError> {
-        for m in &self.marks {
-            let owner = m.dboid.load(Ordering::Acquire);
-            if owner != 0 && !exists(owner) && m.dboid.compare_exchange(owner, dboid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                m.reserved_ms.store(0, Ordering::Release);
-                return Ok(m);
-            }
-        }
-        Err(IdError::TooManyDatabases(MAX_DATABASES))
+/// The mark entries, one per database that mints: `pg_idgen.max_databases`
+/// of them, in their own shared memory segment.
+pub fn marks() -> &'static [DbMark] {
+    let p = MARKS.load(Ordering::Acquire);
+    if p.is_null() {
+        return &[];
     }
+    // SAFETY: set once shared memory is initialized, to an array of
+    // MARK_COUNT initialized entries that lives as long as the server.
+    unsafe { std::slice::from_raw_parts(p, MARK_COUNT.load(Ordering::Acquire)) }
+}
+
+/// The mark entry of a database, if it has one.
+pub fn find_mark(dboid: u32) -> Option<&'static DbMark> {
+    marks().iter().find(|m| m.dboid.load(Ordering::Acquire) == dboid)
+}
+
+/// The mark entry of a database, claiming a free one the first time; None when all are taken.
+pub fn mark_of(dboid: u32) -> Option<&'static DbMark> {
+    for m in marks() {
+        match m.dboid.compare_exchange(0, dboid, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(m),
+            Err(owner) if owner == dboid => return Some(m),
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+/// Takes over the entry of a database that no longer exists (`exists` says
+/// which do) for database `dboid`, whose reservation starts afresh.
+pub fn reclaim_mark(dboid: u32, exists: impl Fn(u32) -> bool) -> Option<&'static DbMark> {
+    for m in marks() {
+        let owner = m.dboid.load(Ordering::Acquire);
+        if owner != 0 && !exists(owner) && m.dboid.compare_exchange(owner, dboid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            m.reserved_ms.store(0, Ordering::Release);
+            return Some(m);
+        }
+    }
+    None
 }
 
 // SAFETY: the name is ours alone among shared memory segments.
@@ -161,13 +198,86 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 /// Where the generators start after a (re)start: see `mark::restart_floors`.
 static FLOORS: std::sync::OnceLock<fn() -> (u64, u64)> = std::sync::OnceLock::new();
 
+static MARKS: AtomicPtr<DbMark> = AtomicPtr::new(std::ptr::null_mut());
+static MARK_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static mut PREV_SHMEM_REQUEST: Option<unsafe extern "C-unwind" fn()> = None;
+static mut PREV_SHMEM_STARTUP: Option<unsafe extern "C-unwind" fn()> = None;
+
+/// Notes that the library is being preloaded (before settings are defined,
+/// which ask). Called from `_PG_init`.
+pub fn set_preloaded() {
+    PRELOADED.store(true, Ordering::Relaxed);
+}
+
 /// Requests and initialises the shared state, whose generators start above
 /// `floors()` (called at every shared-memory initialization, after a crash
-/// too). Called from `_PG_init` while the library is being preloaded.
+/// too), and the mark entries. Called from `_PG_init` while preloading,
+/// after the settings are defined.
 pub fn init(floors: fn() -> (u64, u64)) {
     let _ = FLOORS.set(floors);
     pg_shmem_init!(STATE = SharedState::new(FLOORS.get().map_or((0, 0), |f| f())));
-    PRELOADED.store(true, Ordering::Relaxed);
+    // SAFETY: hooks are chained in the postmaster while preloading, before
+    // any other process exists.
+    unsafe {
+        #[cfg(any(feature = "pg13", feature = "pg14"))]
+        request_marks();
+        #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+        {
+            PREV_SHMEM_REQUEST = pg_sys::shmem_request_hook;
+            pg_sys::shmem_request_hook = Some(on_shmem_request);
+        }
+        PREV_SHMEM_STARTUP = pg_sys::shmem_startup_hook;
+        pg_sys::shmem_startup_hook = Some(on_shmem_startup);
+    }
+}
+
+const MARKS_NAME: &std::ffi::CStr = c"pg_idgen database marks";
+
+fn marks_size() -> usize {
+    crate::settings::max_databases() * std::mem::size_of::<DbMark>()
+}
+
+fn request_marks() {
+    // SAFETY: called while shared memory may still be requested.
+    unsafe { pg_sys::RequestAddinShmemSpace(marks_size()) };
+}
+
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+#[pg_guard]
+unsafe extern "C-unwind" fn on_shmem_request() {
+    // SAFETY: the previous hook, called as PostgreSQL would.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_REQUEST {
+            prev();
+        }
+    }
+    request_marks();
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_shmem_startup() {
+    // SAFETY: the previous hook, then the segment's creation under
+    // AddinShmemInitLock, as PostgreSQL's own modules do; every entry is
+    // written before the pointer is published.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_STARTUP {
+            prev();
+        }
+        let count = crate::settings::max_databases();
+        // AddinShmemInitLock, a macro in C: the 22nd of the main LWLocks.
+        let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
+        pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let mut found = false;
+        let p = pg_sys::ShmemInitStruct(MARKS_NAME.as_ptr(), marks_size(), &mut found) as *mut DbMark;
+        if !found {
+            for i in 0..count {
+                p.add(i).write(DbMark::new(0));
+            }
+        }
+        pg_sys::LWLockRelease(init_lock);
+        MARK_COUNT.store(count, Ordering::Release);
+        MARKS.store(p, Ordering::Release);
+    }
 }
 
 pub fn is_preloaded() -> bool {

@@ -9,7 +9,7 @@ use crate::core::layout::{self, ID_TICKS, MAX_MS};
 use crate::core::uuid_layout::UUID_TICKS;
 use crate::errors::OrRaise;
 use crate::clock::timestamptz;
-use crate::mark::{self, DbReservation};
+use crate::mark;
 use crate::shared::{self, Slot};
 use crate::{clock, settings};
 
@@ -87,7 +87,7 @@ fn id_generator_server_status() -> TableIterator<
     let state = shared::state().or_raise();
     let epoch = settings::configured_epoch_ms();
     let now_ms = clock::unix_us().div_euclid(1000);
-    let reserved = DbReservation::current(epoch).reserved_until_ms();
+    let reserved = mark::shared_reservation_ms();
     let (_, _, uuid_lead) = last_and_lead(&state.uuid, UUID_TICKS, now_ms);
     TableIterator::once((
         timestamptz(layout::timestamptz_of_ms(0, epoch)),

@@ -24,6 +24,20 @@ fn create_sqlstate_of() {
     .unwrap();
 }
 
+/// `SQLSTATE: message / detail` of the error that evaluating `expr` raises, or "ok".
+pub fn error_of(expr: &str) -> String {
+    Spi::run(
+        "CREATE OR REPLACE FUNCTION pg_temp.error_of(q text) RETURNS text LANGUAGE plpgsql AS $f$
+         DECLARE m text; d text;
+         BEGIN EXECUTE 'SELECT ' || q; RETURN 'ok';
+         EXCEPTION WHEN OTHERS THEN
+             GET STACKED DIAGNOSTICS m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL;
+             RETURN SQLSTATE || ': ' || m || ' / ' || d; END $f$",
+    )
+    .unwrap();
+    one(&format!("SELECT pg_temp.error_of($q${expr}$q$)"))
+}
+
 /// The text of `EXPLAIN (COSTS OFF) sql`, one line per plan line.
 pub fn explain(sql: &str) -> String {
     Spi::connect(|c| {

@@ -20,7 +20,7 @@ use crate::core::error::CoreError;
 use crate::core::generator::{self, Unreserved};
 use crate::core::layout;
 use crate::core::uuid_layout::{self, UUID_TICKS};
-use crate::errors::OrRaise;
+use crate::errors::{IdError, OrRaise};
 use crate::mark::{self, DbReservation};
 use crate::{clock, random, settings, shared};
 
@@ -77,8 +77,13 @@ fn uuid_v7() -> pgrx::Uuid {
 /// A version-7 UUID carrying the given time (for backfilling and tests).
 #[pg_extern(volatile, parallel_safe, strict, name = "uuid_v7")]
 fn uuid_v7_at(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    let tick = unix_us_of(ts).and_then(uuid_layout::tick_of_unix_us).or_raise();
+    let tick = unix_us_of(ts).and_then(uuid_layout::tick_of_unix_us).map_err(out_of_range).or_raise();
     from_tick(tick, random::next_u64())
+}
+
+/// A time a UUIDv7 cannot carry: before 1970, past its 48 bits of milliseconds, or infinite.
+fn out_of_range(_: CoreError) -> IdError {
+    IdError::TimeOutOfRangeFor { what: "a UUIDv7".into(), range: Some((0, UUID_TICKS.max_ms)) }
 }
 
 fn unix_us_of(ts: TimestampWithTimeZone) -> Result<i64, CoreError> {
@@ -104,13 +109,13 @@ fn bound(ts: TimestampWithTimeZone, upper: bool) -> Result<pgrx::Uuid, CoreError
 /// The smallest version-7 UUID of the millisecond of `ts`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn uuid_v7_lower_bound(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    bound(ts, false).or_raise()
+    bound(ts, false).map_err(out_of_range).or_raise()
 }
 
 /// The largest version-7 UUID of the millisecond of `ts`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn uuid_v7_upper_bound(ts: TimestampWithTimeZone) -> pgrx::Uuid {
-    bound(ts, true).or_raise()
+    bound(ts, true).map_err(out_of_range).or_raise()
 }
 
 /// `uuid_v7_lower_bound` for any time: the nil UUID before 1970, the max UUID past the 48-bit range.
@@ -138,6 +143,20 @@ fn clamp_side(ts: TimestampWithTimeZone) -> pgrx::Uuid {
 mod tests {
     use crate::testing::{one, sqlstate};
     use pgrx::prelude::*;
+
+    #[pg_test]
+    fn range_errors_describe_the_uuid_range() {
+        let want = "22008: timestamp out of range for a UUIDv7 / \
+                    A UUIDv7 carries a time from 1970-01-01 00:00:00.000 UTC to 10889-08-02 05:31:50.655 UTC.";
+        for expr in [
+            "uuid_v7('infinity')",
+            "uuid_v7('1969-12-31 23:59:59+00')",
+            "uuid_v7_lower_bound('-infinity')",
+            "uuid_v7_upper_bound('10889-08-02 05:31:50.656+00')",
+        ] {
+            assert_eq!(crate::testing::error_of(expr), want, "{expr}");
+        }
+    }
 
     #[pg_test]
     fn version_and_variant_bits_on_many_values() {

@@ -51,3 +51,37 @@ fn the_extension_drops_and_comes_back_cleanly() {
     let id: i64 = c.query_one("SELECT next_schema_id('s1')", &[]).unwrap().get(0);
     assert_eq!(decode(id).1, 1);
 }
+
+/// DROP SCHEMA and a registration of the same schema, in either order,
+/// never leave a row for a schema that is gone.
+#[test]
+fn drop_schema_racing_a_registration_leaves_no_orphan() {
+    let server = Server::start("schema-race", &[]);
+    let mut a = server.client();
+    a.batch_execute("CREATE SCHEMA race2; CREATE SCHEMA race4; CREATE ROLE registrar LOGIN; GRANT INSERT ON shard_schema_registry TO registrar")
+        .unwrap();
+    // The drop first, still open while the registration comes.
+    a.batch_execute("BEGIN; DROP SCHEMA race2").unwrap();
+    let conninfo = server.conninfo("postgres").replace("user=postgres", "user=registrar");
+    let register = std::thread::spawn(move || {
+        let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
+        sqlstate(b.batch_execute("SELECT shard_schema_register('race2', 401)"))
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    a.batch_execute("COMMIT").unwrap();
+    assert_eq!(register.join().unwrap(), "3F000", "the registration waited for the drop and saw it");
+    // The registration first, still open while the drop comes.
+    a.batch_execute("BEGIN; SELECT shard_schema_register('race4', 402)").unwrap();
+    let conninfo = server.conninfo("postgres");
+    let drop = std::thread::spawn(move || {
+        let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
+        sqlstate(b.batch_execute("DROP SCHEMA race4"))
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    a.batch_execute("COMMIT").unwrap();
+    assert_eq!(drop.join().unwrap(), "ok");
+    let rows: i64 = a.query_one("SELECT count(*) FROM shard_schema_registry", &[]).unwrap().get(0);
+    assert_eq!(rows, 0, "no row for a schema that no longer exists");
+    a.batch_execute("CREATE SCHEMA race3; SELECT shard_schema_register('race3', 401); CREATE SCHEMA race5; SELECT shard_schema_register('race5', 402)")
+        .unwrap();
+}

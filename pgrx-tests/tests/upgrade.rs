@@ -130,6 +130,58 @@ fn pg_upgrade_to_a_new_cluster_keeps_every_id_space() {
     let new_oid: u32 = c.query_one("SELECT 'insta5'::regnamespace::oid", &[]).unwrap().get(0);
     eprintln!("schema insta5: OID {old_oid} before pg_upgrade, {new_oid} after");
     check(&mut c, old_max);
+    registry_follows_schemas(&mut c);
+}
+
+/// After pg_upgrade or a restore with triggers disabled, the registry's
+/// stored OIDs may be stale: a rename is still followed, a new schema of the
+/// old name inherits nothing, and a dropped schema frees its shard.
+fn registry_follows_schemas(c: &mut Client) {
+    c.batch_execute("ALTER SCHEMA insta5 RENAME TO insta5_archive").unwrap();
+    let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
+    assert_eq!(schemas, "insta5_archive=5", "the rename is followed");
+    let shard: i32 = c.query_one("SELECT id_shard(next_schema_id('insta5_archive'))", &[]).unwrap().get(0);
+    assert_eq!(shard, 5);
+    c.batch_execute(
+        "CREATE ROLE creator LOGIN;
+         DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO creator', current_database()); END $$",
+    )
+    .unwrap();
+    c.batch_execute("SET ROLE creator; CREATE SCHEMA insta5; RESET ROLE").unwrap();
+    assert_eq!(sqlstate(c.query_one("SELECT next_schema_id('insta5')", &[])), "42704", "a new schema of the old name inherits nothing");
+    assert_eq!(sqlstate(c.batch_execute("SELECT shard_schema_register('insta5', 5)")), "23505", "shard 5 is still held");
+    c.batch_execute("DROP SCHEMA insta5_archive CASCADE; SELECT shard_schema_register('insta5', 5)").unwrap();
+    let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
+    assert_eq!(schemas, "insta5=5");
+    let rows: i64 = c.query_one("SELECT count(*) FROM shard_schema_registry", &[]).unwrap().get(0);
+    assert_eq!(rows, 1, "no orphan row");
+}
+
+#[test]
+fn restore_with_triggers_disabled_keeps_the_registry_right() {
+    let source = Server::start("restore-notrig", &[]);
+    let old_max = fill(&mut source.client());
+    // Shift OIDs in the target so that the dumped ones are stale there.
+    source.client().batch_execute("CREATE DATABASE target").unwrap();
+    source.client_db("target").batch_execute("CREATE SCHEMA pad1; CREATE SCHEMA pad2; CREATE TABLE pad1.t (a int)").unwrap();
+    dump(&source, "pg_dump", &["-Fc", "-d", "postgres"], "db.dump");
+    let host = source.dir.to_str().unwrap().to_string();
+    let file = source.dir.join("db.dump").to_string_lossy().into_owned();
+    source.run_as_owner(
+        "pg_restore",
+        &["-h", &host, "-p", "5499", "-U", "postgres", "-d", "target", "--disable-triggers", "--exit-on-error", &file],
+    );
+    let mut c = source.client_db("target");
+    let stale: bool = c
+        .query_one(
+            "SELECT r.schema_oid IS DISTINCT FROM n.oid FROM shard_schema_registry r JOIN pg_namespace n ON n.nspname = r.schema_name",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(stale, "the restored row keeps the source's OID");
+    check(&mut c, old_max);
+    registry_follows_schemas(&mut c);
 }
 
 #[test]
@@ -163,7 +215,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     let mark: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.2.0");
+    assert_eq!(version, "0.3.0");
     let after: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
     assert!(after >= mark, "the mark is kept");
     let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
@@ -178,7 +230,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     assert_eq!(claims, "0-6,8-99");
     assert_eq!(sqlstate(c.batch_execute("SELECT next_shard_id(7)")), "55000");
 
-    // The updated extension has exactly the objects of a fresh 0.2.0 install.
+    // The updated extension has exactly the objects of a fresh install of this version.
     c.batch_execute("CREATE DATABASE fresh").unwrap();
     server.client_db("fresh").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     let inventory = |c: &mut Client| -> Vec<String> {

@@ -141,6 +141,24 @@ pub fn unix_ms_of_timestamptz(ts_us: i64) -> i64 {
     ts_us.saturating_add(PG_EPOCH_UNIX_US).div_euclid(1000)
 }
 
+/// A Unix millisecond as `YYYY-MM-DD HH:MM:SS.mmm UTC` (proleptic
+/// Gregorian, years 0 to 9999 and beyond), for messages.
+pub fn format_unix_ms(ms: i64) -> String {
+    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Civil date of a day count (H. Hinnant's days_from_civil, inverted).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, sec, milli) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{sec:02}.{milli:03} UTC")
+}
+
 /// Parses the epoch setting: `YYYY-MM-DD`, optionally followed by
 /// ` HH:MM[:SS]` (or `T`), optionally followed by `Z`, `+00`, `+00:00` or
 /// ` UTC`. Always UTC: an epoch that depended on a time zone would be a trap.
@@ -209,6 +227,15 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unix_ms_formats_as_utc() {
+        assert_eq!(super::format_unix_ms(0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(super::format_unix_ms((1 << 48) - 1), "10889-08-02 05:31:50.655 UTC");
+        assert_eq!(super::format_unix_ms(1_288_834_974_657), "2010-11-04 01:42:54.657 UTC");
+        assert_eq!(super::format_unix_ms(-1), "1969-12-31 23:59:59.999 UTC");
+        assert_eq!(super::format_unix_ms(951_782_400_000), "2000-02-29 00:00:00.000 UTC");
+    }
+
     use super::*;
 
     #[test]

@@ -1,0 +1,196 @@
+//! Nothing an ordinary role does stops another database from minting: not
+//! creating many databases (or reading status in them), not filling the
+//! worker slots with parallel query, not an ownership change left open in
+//! the fleet database. Ownership is loaded by one loader after a start,
+//! crash or promotion, and when it cannot load, the error and the server
+//! log both say why.
+
+use std::time::{Duration, Instant};
+
+use pg_idgen_e2e::postgres::Client;
+use pg_idgen_e2e::{sqlstate, Server};
+
+const FALLBACK: &str = "more than pg_idgen.max_databases";
+
+/// Loader processes running now.
+fn loaders(c: &mut Client) -> i64 {
+    c.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idgen loader'", &[]).unwrap().get(0)
+}
+
+/// Waits (at most `secs`) until `f` holds.
+fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "not within {secs} s: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_createdb_role_making_many_databases_stops_no_one() {
+    // Few shared entries, so that most databases keep a reservation per session.
+    let mut s = Server::start("many-dbs", &["pg_idgen.max_databases = 8", "max_connections = 100"]);
+    s.client()
+        .batch_execute(
+            "CREATE ROLE tenant LOGIN CREATEDB;
+             CREATE ROLE app LOGIN;
+             CREATE DATABASE tenant_tmpl OWNER tenant;",
+        )
+        .unwrap();
+    s.client_db("tenant_tmpl").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    // Reading never takes an entry: status in 8 databases leaves every entry free.
+    for i in 0..8 {
+        s.client_as("postgres", "tenant").batch_execute(&format!("CREATE DATABASE reader{i} TEMPLATE tenant_tmpl")).unwrap();
+        let mut r = s.client_as(&format!("reader{i}"), "tenant");
+        let reserved: Option<String> =
+            r.query_one("SELECT reserved_until::text FROM id_generator_server_status()", &[]).unwrap().get(0);
+        assert_eq!(reserved, None, "nothing reserved in a database that only read");
+        r.batch_execute("SELECT id_decode(1026); SELECT * FROM id_generator_status()").unwrap();
+    }
+    // 70 databases made by an ordinary CREATEDB role from a template with the extension, each minting.
+    let mut ids: Vec<i64> = vec![];
+    for i in 0..70 {
+        s.client_as("postgres", "tenant").batch_execute(&format!("CREATE DATABASE tcopy{i} TEMPLATE tenant_tmpl")).unwrap();
+        let mut t = s.client_as(&format!("tcopy{i}"), "tenant");
+        t.batch_execute("SELECT uuid_v7()").unwrap();
+        ids.push(t.query_one("SELECT next_shard_id(7)", &[]).unwrap().get(0));
+    }
+    assert!(s.log().contains(FALLBACK), "past 8 databases, sessions keep their own reservations");
+    // Everyone still mints, the fleet database and an ordinary role included.
+    let mut app = s.client_as("postgres", "app");
+    ids.push(app.query_one("SELECT next_shard_id(7)", &[]).unwrap().get(0));
+    app.batch_execute("SELECT uuid_v7()").unwrap();
+    ids.push(s.client_db("tcopy0").query_one("SELECT next_shard_id(7)", &[]).unwrap().get(0));
+    let sorted = {
+        let mut v = ids.clone();
+        v.sort();
+        v.dedup();
+        v
+    };
+    assert_eq!(sorted, ids, "IDs of shard 7 across 72 mints in 71 databases: distinct and increasing");
+
+    // After a crash, every database starts above every reservation, in
+    // entries and in sessions alike; files of dropped databases are folded.
+    let dropped_oid: u32 = s.client().query_one("SELECT oid FROM pg_database WHERE datname = 'tcopy69'", &[]).unwrap().get(0);
+    s.client().batch_execute("DROP DATABASE tcopy69").unwrap();
+    let before = *ids.last().unwrap();
+    s.stop("immediate");
+    s.start_process();
+    let after: i64 = s.client_db("tcopy3").query_one("SELECT next_shard_id(7)", &[]).unwrap().get(0);
+    assert!(after > before, "after a crash: {after} above {before}");
+    let data = std::path::Path::new(&s.data()).to_path_buf();
+    eventually(20, "the loader folds the mark file of the dropped database", || {
+        !data.join(format!("pg_idgen_mark.{dropped_oid}")).exists()
+    });
+    assert!(data.join("pg_idgen_mark.0").exists(), "dropped databases' largest reservation is kept");
+}
+
+#[test]
+fn a_dropped_database_frees_its_entry() {
+    let s = Server::start("drop-frees", &["pg_idgen.max_databases = 2"]);
+    s.client().batch_execute("CREATE DATABASE a; CREATE DATABASE b").unwrap();
+    for db in ["a", "b"] {
+        s.client_db(db).batch_execute("CREATE EXTENSION pg_idgen; SELECT next_shard_id(1)").unwrap();
+    }
+    // postgres (the fleet database) has not minted: a and b hold both entries.
+    s.client().batch_execute("DROP DATABASE a").unwrap();
+    s.client().batch_execute("SELECT next_shard_id(1)").unwrap();
+    assert!(!s.log().contains(FALLBACK), "the dropped database's entry was taken over");
+}
+
+#[test]
+fn parallel_workers_held_by_an_ordinary_role_do_not_stop_minting() {
+    let mut s = Server::start("parallel-hog", &["max_worker_processes = 8", "max_parallel_workers = 8"]);
+    s.client()
+        .batch_execute(
+            "CREATE ROLE mallory LOGIN;
+             CREATE DATABASE hog OWNER mallory;
+             CREATE DATABASE other;",
+        )
+        .unwrap();
+    s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    s.client_as("hog", "mallory")
+        .batch_execute("CREATE TABLE t AS SELECT g FROM generate_series(1, 200000) g; ANALYZE t")
+        .unwrap();
+    for event in ["restart", "crash"] {
+        if event == "crash" {
+            s.stop("immediate");
+            s.start_process();
+        } else {
+            s.restart();
+        }
+        let hog_dir = s.conninfo("hog").replace("user=postgres", "user=mallory");
+        let hog = std::thread::spawn(move || {
+            let mut h = Client::connect(&hog_dir, pg_idgen_e2e::postgres::NoTls).unwrap();
+            h.batch_execute(
+                "SET max_parallel_workers_per_gather = 8; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;
+                 SET min_parallel_table_scan_size = 0;
+                 SELECT count(*) FROM t WHERE pg_sleep(0.0005) IS NOT NULL",
+            )
+        });
+        let mut c = s.client();
+        eventually(20, "mallory's parallel workers run", || {
+            c.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'parallel worker'", &[]).unwrap().get::<_, i64>(0) > 0
+        });
+        let mut o = s.client_db("other");
+        let t0 = Instant::now();
+        assert_eq!(sqlstate(o.query_one("SELECT next_shard_id(3)", &[])), "ok", "after a {event}, while workers are held");
+        assert_eq!(sqlstate(o.batch_execute("CREATE TABLE IF NOT EXISTS ev (id bigint PRIMARY KEY DEFAULT next_shard_id(4)); INSERT INTO ev DEFAULT VALUES")), "ok");
+        assert!(t0.elapsed() < Duration::from_secs(5), "minting waited {:?}", t0.elapsed());
+        assert!(loaders(&mut c) <= 1);
+        let busy: i64 =
+            c.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'parallel worker'", &[]).unwrap().get(0);
+        assert!(busy > 0, "the workers were still held while minting");
+        hog.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn an_ownership_change_left_open_does_not_stop_loading() {
+    let mut s = Server::start("open-claim", &[]);
+    s.client().batch_execute("CREATE DATABASE other").unwrap();
+    s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    s.restart();
+    // A shard manager leaves a claim open in the fleet database right after the start.
+    let mut manager = s.client();
+    manager.batch_execute("BEGIN; SELECT shard_claim(0, 8191)").unwrap();
+    let mut o = s.client_db("other");
+    let mut c = s.client();
+    for _ in 0..20 {
+        let t0 = Instant::now();
+        assert_eq!(sqlstate(o.query_one("SELECT next_shard_id(3)", &[])), "ok");
+        assert!(t0.elapsed() < Duration::from_secs(2), "minting waited {:?}", t0.elapsed());
+        assert!(loaders(&mut c) <= 1, "at most one loader");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    manager.batch_execute("COMMIT").unwrap();
+    // The claim, committed, is what every database now follows.
+    s.client().batch_execute("SELECT shard_release(3)").unwrap();
+    assert_eq!(sqlstate(o.query_one("SELECT next_shard_id(3)", &[])), "55000");
+    assert_eq!(sqlstate(o.query_one("SELECT next_shard_id(4)", &[])), "ok");
+}
+
+#[test]
+fn when_ownership_cannot_load_the_error_and_the_log_say_why() {
+    let s = Server::start("loader-why", &["pg_idgen.fleet_database = 'fleet'"]);
+    let mut c = s.client();
+    let e = c.query_one("SELECT next_shard_id(1)", &[]).unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("55000"));
+    assert!(e.to_string().contains("the fleet database \"fleet\" does not exist"), "{e}");
+    assert!(s.log().contains("database \"fleet\" does not exist"), "the loader's failure is in the log");
+    // The fleet database appears, but a transaction holds its ownership table locked.
+    c.batch_execute("CREATE DATABASE fleet").unwrap();
+    let mut f = s.client_db("fleet");
+    f.batch_execute("CREATE EXTENSION pg_idgen; BEGIN; LOCK TABLE shard_ownership IN ACCESS EXCLUSIVE MODE").unwrap();
+    eventually(30, "the loader logs what it waits for", || s.log().contains("waiting for a lock on table shard_ownership"));
+    let t0 = Instant::now();
+    let e = c.query_one("SELECT next_shard_id(1)", &[]).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(8), "a bounded wait: {:?}", t0.elapsed());
+    assert_eq!(e.code().map(|c| c.code()), Some("55000"));
+    let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or_default().to_string();
+    assert!(detail.contains("waiting for a lock"), "{detail}");
+    assert!(loaders(&mut c) <= 1);
+    f.batch_execute("COMMIT").unwrap();
+    eventually(10, "minting resumes once the lock is gone", || sqlstate(c.query_one("SELECT next_shard_id(1)", &[])) == "ok");
+    assert!(s.log().contains("pg_idgen: loaded the server's shard ownership from database \"fleet\""));
+}
