@@ -244,6 +244,10 @@ fn mark_files() -> Vec<(u32, i64)> {
 /// each start and promotion, the only process that writes that file.
 pub fn fold_files_of_dropped_databases() {
     let files = mark_files();
+    // A database's file is written only once the database exists: with a
+    // catalog snapshot taken after the listing, every one of them is seen.
+    // SAFETY: drops this backend's catalog snapshot; the next lookup takes a new one.
+    unsafe { pg_sys::InvalidateCatalogSnapshot() };
     let dropped: Vec<(u32, i64)> = files.iter().copied().filter(|(oid, _)| *oid != 0 && !database_exists(*oid)).collect();
     let kept = files.iter().find(|(oid, _)| *oid == 0).map_or(0, |(_, ms)| *ms);
     let largest = dropped.iter().map(|(_, ms)| *ms).max().unwrap_or(0);

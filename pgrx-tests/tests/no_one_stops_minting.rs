@@ -31,12 +31,9 @@ fn a_createdb_role_making_many_databases_stops_no_one() {
     // Few shared entries, so that most databases keep a reservation per session.
     let mut s = Server::start("many-dbs", &["pg_idgen.max_databases = 8", "max_connections = 100"]);
     s.client()
-        .batch_execute(
-            "CREATE ROLE tenant LOGIN CREATEDB;
-             CREATE ROLE app LOGIN;
-             CREATE DATABASE tenant_tmpl OWNER tenant;",
-        )
+        .batch_execute("CREATE ROLE tenant LOGIN CREATEDB; CREATE ROLE app LOGIN")
         .unwrap();
+    s.client().batch_execute("CREATE DATABASE tenant_tmpl OWNER tenant").unwrap();
     s.client_db("tenant_tmpl").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     // Reading never takes an entry: status in 8 databases leaves every entry free.
     for i in 0..8 {
@@ -88,7 +85,9 @@ fn a_createdb_role_making_many_databases_stops_no_one() {
 #[test]
 fn a_dropped_database_frees_its_entry() {
     let s = Server::start("drop-frees", &["pg_idgen.max_databases = 2"]);
-    s.client().batch_execute("CREATE DATABASE a; CREATE DATABASE b").unwrap();
+    for db in ["a", "b"] {
+        s.client().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    }
     for db in ["a", "b"] {
         s.client_db(db).batch_execute("CREATE EXTENSION pg_idgen; SELECT next_shard_id(1)").unwrap();
     }
@@ -102,12 +101,11 @@ fn a_dropped_database_frees_its_entry() {
 fn parallel_workers_held_by_an_ordinary_role_do_not_stop_minting() {
     let mut s = Server::start("parallel-hog", &["max_worker_processes = 8", "max_parallel_workers = 8"]);
     s.client()
-        .batch_execute(
-            "CREATE ROLE mallory LOGIN;
-             CREATE DATABASE hog OWNER mallory;
-             CREATE DATABASE other;",
-        )
+        .batch_execute("CREATE ROLE mallory LOGIN")
         .unwrap();
+    for db in ["CREATE DATABASE hog OWNER mallory", "CREATE DATABASE other"] {
+        s.client().batch_execute(db).unwrap();
+    }
     s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     s.client_as("hog", "mallory")
         .batch_execute("CREATE TABLE t AS SELECT g FROM generate_series(1, 200000) g; ANALYZE t")
@@ -176,12 +174,14 @@ fn when_ownership_cannot_load_the_error_and_the_log_say_why() {
     let mut c = s.client();
     let e = c.query_one("SELECT next_shard_id(1)", &[]).unwrap_err();
     assert_eq!(e.code().map(|c| c.code()), Some("55000"));
-    assert!(e.to_string().contains("the fleet database \"fleet\" does not exist"), "{e}");
+    let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert_eq!(message, "the fleet database \"fleet\" does not exist");
     assert!(s.log().contains("database \"fleet\" does not exist"), "the loader's failure is in the log");
     // The fleet database appears, but a transaction holds its ownership table locked.
     c.batch_execute("CREATE DATABASE fleet").unwrap();
     let mut f = s.client_db("fleet");
-    f.batch_execute("CREATE EXTENSION pg_idgen; BEGIN; LOCK TABLE shard_ownership IN ACCESS EXCLUSIVE MODE").unwrap();
+    f.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    f.batch_execute("BEGIN; LOCK TABLE shard_ownership IN ACCESS EXCLUSIVE MODE").unwrap();
     eventually(30, "the loader logs what it waits for", || s.log().contains("waiting for a lock on table shard_ownership"));
     let t0 = Instant::now();
     let e = c.query_one("SELECT next_shard_id(1)", &[]).unwrap_err();
