@@ -64,6 +64,8 @@ pub enum IdError {
     /// The server's `pg_idgen.epoch` differs from the one this database's IDs were minted with.
     EpochChanged { configured_ms: i64, persisted_ms: i64 },
     SchemaMissing(String),
+    /// A schema name that no schema can have: empty, or longer than NAMEDATALEN - 1 bytes.
+    SchemaNameInvalid(String),
     SchemaNotRegistered(String),
     SchemaAlreadyRegistered { schema: String, shard: i32 },
     ShardTaken { shard: i32, schema: String },
@@ -117,6 +119,8 @@ impl IdError {
             NegativeLayoutId => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             PublicKeyMissing | PublicKeyNotPreloaded | EpochChanged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
+            SchemaNameInvalid(n) if n.is_empty() => ERRCODE_INVALID_NAME,
+            SchemaNameInvalid(_) => ERRCODE_NAME_TOO_LONG,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
             SchemaAlreadyRegistered { .. } | ShardTaken { .. } => ERRCODE_UNIQUE_VIOLATION,
             Internal(_) => ERRCODE_INTERNAL_ERROR,
@@ -229,7 +233,9 @@ impl IdError {
             OwnershipNotLoaded { database, loader } => {
                 use crate::shared::LoaderState::*;
                 let doing = match loader {
-                    NotStarted => "has not started yet".to_string(),
+                    NotStarted => "has not started yet (if the server log said \"too many background workers\" at start, \
+                                   max_worker_processes left no room for it: raise it and restart)"
+                        .to_string(),
                     Connecting => format!("could not connect to database \"{database}\" yet (see the server log)"),
                     WaitingForLock => format!("is waiting for a lock on an ownership table in database \"{database}\", held by another transaction"),
                     Loaded => "has just loaded it".to_string(),
@@ -282,6 +288,12 @@ impl IdError {
                 Some("Set pg_idgen.epoch back to the value shown by id_epoch() in this database and restart the server.".into()),
             ),
             SchemaMissing(s) => (format!("schema \"{s}\" does not exist"), None, None),
+            SchemaNameInvalid(n) if n.is_empty() => ("a schema name cannot be empty".into(), None, None),
+            SchemaNameInvalid(n) => (
+                format!("schema name \"{}\" is too long", shortened(n)),
+                Some(format!("A name has at most {} bytes; this one has {}.", pgrx::pg_sys::NAMEDATALEN - 1, n.len())),
+                Some("Use the name as PostgreSQL stores it (identifiers are truncated to that length).".into()),
+            ),
             SchemaNotRegistered(s) => (
                 format!("schema \"{s}\" is not registered as a pg_idgen shard"),
                 None,

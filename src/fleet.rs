@@ -31,8 +31,9 @@
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::Ordering;
 
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::prelude::*;
 
 use crate::backend::BackendLocal;
@@ -216,11 +217,21 @@ fn wait_for_load(f: &FleetState) -> Result<(), IdError> {
         // A standby's image would be stale once promoted; it cannot mint anyway.
         return Err(IdError::ReadOnly("next_shard_id"));
     }
+    let db = settings::fleet_database();
     if in_fleet_database() {
+        let deadline = std::time::Instant::now() + LOAD_WAIT;
+        let waited = |_: &str| {
+            check_for_interrupts!();
+            // SAFETY: sleeps this process only.
+            unsafe { pg_sys::pg_usleep(50_000) };
+            std::time::Instant::now() < deadline
+        };
+        if !lock_tables(f, waited) {
+            return Err(IdError::OwnershipNotLoaded { database: db, loader: LoaderState::WaitingForLock });
+        }
         load_here(f);
         return Ok(());
     }
-    let db = settings::fleet_database();
     let name = std::ffi::CString::new(db.clone()).unwrap_or_default();
     // SAFETY: reads pg_database, a shared catalog, from any database.
     if unsafe { pg_sys::get_database_oid(name.as_ptr(), true) } == pg_sys::InvalidOid {
@@ -293,11 +304,17 @@ fn register_callbacks() {
     }
 }
 
-/// Notes that this transaction changed ownership (from the tables' trigger).
+/// Notes that this transaction changed ownership (from the tables' trigger)
+/// and queues it behind every other change, as `shard_claim` and the others
+/// do: whatever wrote the tables, changes commit and publish one at a time,
+/// each reading what the previous one committed.
 fn note_change() {
     if in_fleet_database() {
         register_callbacks();
         CHANGED.set(true);
+        if let Some(rel) = catalog::relation(c"shard_ownership") {
+            catalog::lock(rel, pg_sys::ShareUpdateExclusiveLock);
+        }
     }
 }
 
@@ -432,12 +449,20 @@ pub fn register_loader() {
 pub extern "C-unwind" fn pg_idgen_loader(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let f = &shared::state().or_raise().fleet;
-    if !f.loaded.load(Ordering::Acquire) {
+    if loader_state(f) != LoaderState::Loaded {
         f.loader_state.store(LoaderState::Connecting as u32, Ordering::Release);
         let db = settings::fleet_database();
         BackgroundWorker::connect_worker_to_spi(Some(&db), None);
         let loaded = BackgroundWorker::transaction(|| {
-            if !lock_tables(f, &db) {
+            let mut logged = false;
+            let waited = |holders: &str| {
+                if !logged {
+                    log!("pg_idgen loader: waiting for a lock on an ownership table in database \"{db}\", held by {holders}");
+                    logged = true;
+                }
+                BackgroundWorker::wait_latch(Some(Duration::from_millis(100)))
+            };
+            if !lock_tables(f, waited) {
                 return false;
             }
             load_here(f);
@@ -449,33 +474,40 @@ pub extern "C-unwind" fn pg_idgen_loader(_arg: pg_sys::Datum) {
             log!("pg_idgen: loaded the server's shard ownership from database \"{db}\"");
         }
     } else {
+        // Idle, connected to no database (so it shows in pg_stat_activity
+        // and stands in no database's way), until the server stops.
+        BackgroundWorker::connect_worker_to_spi(None, None);
         while BackgroundWorker::wait_latch(None) {}
     }
     // SAFETY: ends this worker process the way PostgreSQL's own do.
     unsafe { pg_sys::proc_exit(1) };
 }
 
-/// Takes the loader's share locks on the ownership tables, waiting without
-/// queueing (so that it never blocks a change behind it) and saying so in
-/// the server log. False if the server is stopping.
-fn lock_tables(f: &FleetState, db: &str) -> bool {
+/// Takes share locks on the ownership tables without queueing (so that it
+/// never blocks a change behind it). While one is held elsewhere, calls
+/// `waited` with who holds it, which sleeps and says whether to go on trying.
+fn lock_tables(f: &FleetState, mut waited: impl FnMut(&str) -> bool) -> bool {
     for name in [c"shard_ownership", c"shard_releases", c"shard_fleet_mode"] {
         let Some(rel) = catalog::relation(name) else { continue };
-        let mut logged = false;
         // SAFETY: a conditional lock request on an existing relation of ours.
         while !unsafe { pg_sys::ConditionalLockRelationOid(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE) } {
             f.loader_state.store(LoaderState::WaitingForLock as u32, Ordering::Release);
-            if !logged {
-                log!(
-                    "pg_idgen loader: waiting for a lock on table {} in database \"{db}\" to load the server's shard ownership",
-                    name.to_string_lossy()
-                );
-                logged = true;
-            }
-            if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
+            if !waited(&holders(rel)) {
                 return false;
             }
         }
     }
     true
+}
+
+/// Who holds a lock on a relation, for the log: process IDs, or prepared transactions.
+fn holders(rel: pg_sys::Oid) -> String {
+    catalog::query_one::<String>(
+        "SELECT pg_catalog.string_agg(DISTINCT CASE WHEN l.pid IS NULL THEN 'a prepared transaction (pg_prepared_xacts)'
+                                                    ELSE 'process ' OPERATOR(pg_catalog.||) l.pid END, ', ')
+           FROM pg_catalog.pg_locks l
+          WHERE l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.relation OPERATOR(pg_catalog.=) $1 AND l.granted",
+        &[rel.into()],
+    )
+    .unwrap_or_else(|| "another transaction".into())
 }

@@ -37,6 +37,9 @@ mod testing;
 
 ::pgrx::pg_module_magic!();
 
+// A description of every function and event trigger, after they all exist.
+extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
+
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     no_backtraces();

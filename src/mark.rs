@@ -112,11 +112,13 @@ fn entry_for(dboid: u32) -> &'static DbMark {
     if let Some(mark) = shared::reclaim_mark(dboid, database_exists) {
         return mark;
     }
-    pgrx::log!(
-        "pg_idgen: more than pg_idgen.max_databases = {} databases mint on this server; sessions of database {dboid} each keep their own reservation",
-        crate::settings::max_databases()
-    );
-    Box::leak(Box::new(DbMark::new(dboid)))
+    if !shared::state().or_raise().fallback_logged.swap(true, Ordering::Relaxed) {
+        pgrx::log!(
+            "pg_idgen: more than pg_idgen.max_databases = {} databases mint on this server; sessions of the others (database OID {dboid} first) each keep their own reservation",
+            crate::settings::max_databases()
+        );
+    }
+    Box::leak(Box::new(DbMark { per_session: true, ..DbMark::new(dboid) }))
 }
 
 /// This database's reservation in shared memory (Unix ms), without taking
@@ -185,7 +187,19 @@ fn extend(mark: &DbMark, need_ms: i64) {
 fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     let persisted = catalog::sequence_value(seq);
     if mark.reserved_ms.load(Ordering::Acquire) == 0 {
-        raise_floor(persisted.max(last_replayed_commit_ms()));
+        // The first load since the server started (for a shared entry) or
+        // since the session did (for a session's own reservation). After a
+        // restart or crash the generators already start above every mark
+        // file; only where the files may be older than the marks (a standby
+        // or a restore from a backup, then promoted) must a session raise
+        // them. A shared entry raises them once per database either way.
+        if !mark.per_session || FILES_MAY_BE_STALE.load(Ordering::Relaxed) {
+            raise_floor(persisted.max(last_replayed_commit_ms()));
+        } else if persisted >= need_ms {
+            // Reserved (and flushed, and filed) by an earlier session: take it as it is.
+            mark.reserved_ms.fetch_max(persisted, Ordering::AcqRel);
+            return;
+        }
     }
     let now_ms = clock::unix_us().div_euclid(1000);
     let target = need_ms.max(now_ms).max(persisted) + RESERVE_MS;
@@ -243,26 +257,36 @@ fn mark_files() -> Vec<(u32, i64)> {
 /// floors stay where they were), and removes them. Run by the loader after
 /// each start and promotion, the only process that writes that file.
 pub fn fold_files_of_dropped_databases() {
-    let files = mark_files();
+    let listed = mark_files();
     // A database's file is written only once the database exists: with a
     // catalog snapshot taken after the listing, every one of them is seen.
     // SAFETY: drops this backend's catalog snapshot; the next lookup takes a new one.
     unsafe { pg_sys::InvalidateCatalogSnapshot() };
-    let dropped: Vec<(u32, i64)> = files.iter().copied().filter(|(oid, _)| *oid != 0 && !database_exists(*oid)).collect();
-    let kept = files.iter().find(|(oid, _)| *oid == 0).map_or(0, |(_, ms)| *ms);
-    let largest = dropped.iter().map(|(_, ms)| *ms).max().unwrap_or(0);
+    let dropped: Vec<u32> = listed.iter().map(|(oid, _)| *oid).filter(|oid| *oid != 0 && !database_exists(*oid)).collect();
+    // Values read again now that their databases are known to be gone.
+    let files = mark_files();
+    let value = |oid: u32| files.iter().find(|(o, _)| *o == oid).map_or(0, |(_, ms)| *ms);
+    let kept = value(0);
+    let largest = dropped.iter().map(|oid| value(*oid)).max().unwrap_or(0);
     if largest > kept {
         write_file(DROPPED_FILE, largest);
     }
-    for (oid, _) in dropped {
+    for oid in dropped {
         let _ = std::fs::remove_file(format!("{FILE_PREFIX}{oid}"));
     }
 }
+
+/// Whether the mark files may be older than the marks in the databases: the
+/// server started as a standby or to recover from a backup (set in the
+/// postmaster with the floors below; every process inherits it).
+static FILES_MAY_BE_STALE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Where generators start after a (re)start of the server: above the largest
 /// reservation any database recorded in the data directory. Called in the
 /// postmaster when shared memory is initialized.
 pub fn restart_floors() -> (u64, u64) {
+    let recovering = ["standby.signal", "recovery.signal"].iter().any(|f| std::path::Path::new(f).exists());
+    FILES_MAY_BE_STALE.store(recovering, Ordering::Relaxed);
     let max_ms = mark_files().into_iter().map(|(_, ms)| ms).max().unwrap_or(0);
     let floor = |ms: i64, bits: u32| if ms > 0 { ((ms as u64) << bits) - 1 } else { 0 };
     if max_ms <= 0 {

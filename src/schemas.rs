@@ -94,9 +94,17 @@ fn next_schema_id(schema_name: &str) -> i64 {
     ids::mint(shard_of(schema_name), "next_schema_id")
 }
 
+/// Refuses a name no schema can have, before PostgreSQL would truncate it.
+fn check_name(schema_name: &str) {
+    if schema_name.is_empty() || schema_name.len() >= pg_sys::NAMEDATALEN as usize {
+        IdError::SchemaNameInvalid(schema_name.into()).raise()
+    }
+}
+
 /// Registers an existing schema as a logical shard.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_schema_register(schema_name: &str, shard: i32) {
+    check_name(schema_name);
     let shard = Shard::new(shard).or_raise();
     if catalog::schema_oid(schema_name).is_none() {
         IdError::SchemaMissing(schema_name.into()).raise()
@@ -107,6 +115,7 @@ fn shard_schema_register(schema_name: &str, shard: i32) {
 /// Creates a schema and registers it as a logical shard, all or nothing.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_schema_create(schema_name: &str, shard: i32) {
+    check_name(schema_name);
     let shard = Shard::new(shard).or_raise();
     // An error in `register` rolls the new schema back with it.
     catalog::run(&format!("CREATE SCHEMA {}", catalog::quote(schema_name)), &[]);
@@ -194,6 +203,10 @@ mod tests {
         assert_eq!(sqlstate("shard_schema_create('s4', -1)"), "22003");
         assert_eq!(sqlstate("shard_schema_create('s3', 4)"), "42P06", "CREATE SCHEMA of an existing schema");
         assert_eq!(sqlstate("next_schema_id('nope')"), "3F000");
+        assert_eq!(sqlstate("shard_schema_create('', 13)"), "42602");
+        assert_eq!(sqlstate("shard_schema_create(repeat('a', 64), 13)"), "42622");
+        assert_eq!(sqlstate("shard_schema_register(repeat('a', 70), 13)"), "42622");
+        assert_eq!(one::<i64>("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'aaaa%'"), 0);
         assert_eq!(sqlstate("next_schema_id('s3')"), "42704");
         assert_eq!(Spi::get_one::<i64>("SELECT next_schema_id(NULL)").unwrap(), None);
     }

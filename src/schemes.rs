@@ -30,7 +30,7 @@ fn text_error<'a>(kind: &'static str, input: &'a str) -> impl Fn(SchemeError) ->
 fn out_of_range(layout: &Layout) -> IdError {
     IdError::TimeOutOfRangeFor {
         what: format!("an ID of layout \"{}\"", layout.name()),
-        range: layout.last_unix_ms().ok().map(|last| (layout.epoch_ms(), last)),
+        range: layout.last_carried_unix_ms().ok().map(|last| (layout.epoch_ms(), last)),
     }
 }
 
@@ -151,6 +151,10 @@ mod tests {
              An ID of layout \"twitter\" carries a time from 2010-11-04 01:42:54.657 UTC to 2080-07-10 17:30:30.208 UTC."
         );
         assert!(error_of("id_upper_bound('2000-01-01', 'discord')").contains("from 2015-01-01 00:00:00.000 UTC"));
+        // Sonyflake counts 10 ms units: its range ends at the end of the last one.
+        assert!(error_of("id_lower_bound('-infinity', 'sonyflake')").ends_with("to 2188-11-16 03:28:58.879 UTC."));
+        assert_eq!(error_of("id_lower_bound('2188-11-16 03:28:58.879+00', 'sonyflake') > 0"), "ok");
+        assert!(error_of("id_lower_bound('2188-11-16 03:28:58.880+00', 'sonyflake')").starts_with("22008"));
         assert!(error_of("id_lower_bound('2000-01-01', 'pg_idgen')").contains("layout \"pg_idgen\" carries a time from 2026-01-01"));
         assert_eq!(
             error_of("id_lower_bound('-infinity')"),

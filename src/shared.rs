@@ -72,11 +72,13 @@ pub struct DbMark {
     pub dboid: AtomicU32,
     /// 0 until the database's persisted mark is loaded after server start.
     pub reserved_ms: AtomicI64,
+    /// A session's own reservation (in its own memory), not a shared entry.
+    pub per_session: bool,
 }
 
 impl DbMark {
     pub const fn new(dboid: u32) -> DbMark {
-        DbMark { dboid: AtomicU32::new(dboid), reserved_ms: AtomicI64::new(0) }
+        DbMark { dboid: AtomicU32::new(dboid), reserved_ms: AtomicI64::new(0), per_session: false }
     }
 }
 
@@ -116,6 +118,8 @@ pub struct SharedState {
     pub shards: [Slot; MAX_SHARD as usize + 1],
     pub uuid: Slot,
     pub fleet: FleetState,
+    /// Set once the log has said that sessions keep their own reservations.
+    pub fallback_logged: AtomicBool,
 }
 
 // SAFETY: the state is only atomics, valid in any process that maps it.
@@ -128,6 +132,7 @@ impl SharedState {
         let state = SharedState {
             shards: [Slot::EMPTY; MAX_SHARD as usize + 1],
             uuid: Slot::EMPTY,
+            fallback_logged: AtomicBool::new(false),
             fleet: FleetState {
                 loaded: AtomicBool::new(false),
                 version: AtomicU64::new(0),

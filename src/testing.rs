@@ -54,6 +54,21 @@ mod tests {
     use super::{one, sqlstate};
     use pgrx::prelude::*;
 
+    #[pg_test]
+    fn every_object_of_the_extension_has_a_description() {
+        let missing: Option<String> = Spi::get_one(
+            "SELECT string_agg(pg_describe_object(d.classid, d.objid, 0), ', ')
+               FROM pg_depend d
+              WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+                AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen')
+                AND pg_describe_object(d.classid, d.objid, 0) !~ '^(schema tests|function tests[.])' -- these tests
+                AND NOT EXISTS (SELECT FROM pg_description c
+                                 WHERE c.objoid = d.objid AND c.classoid = d.classid AND c.objsubid = 0)",
+        )
+        .unwrap();
+        assert_eq!(missing, None, "objects without a COMMENT");
+    }
+
     /// Values of each argument type: NULL, extremes and junk.
     fn values(ty: &str) -> &'static [&'static str] {
         match ty {
@@ -91,7 +106,7 @@ mod tests {
 
     /// Every SQLSTATE a function of ours documents for bad input.
     const DOCUMENTED: &[&str] =
-        &["ok", "22003", "22008", "22P02", "22023", "55000", "23505", "3F000", "42704", "42P06", "42601", "25006"];
+        &["ok", "22003", "22008", "22P02", "22023", "55000", "23505", "3F000", "42704", "42P06", "42601", "42602", "42622", "25006"];
 
     /// Every function of the extension, fed every combination of NULLs,
     /// extremes and malformed text: never an internal error (XX000), never

@@ -194,3 +194,67 @@ fn when_ownership_cannot_load_the_error_and_the_log_say_why() {
     eventually(10, "minting resumes once the lock is gone", || sqlstate(c.query_one("SELECT next_shard_id(1)", &[])) == "ok");
     assert!(s.log().contains("pg_idgen: loaded the server's shard ownership from database \"fleet\""));
 }
+
+#[test]
+fn new_sessions_past_the_limit_do_not_push_minting_ahead_of_the_clock() {
+    let s = Server::start("sessions-ahead", &["pg_idgen.max_databases = 1", "max_connections = 60"]);
+    s.client().batch_execute("CREATE ROLE nobody LOGIN").unwrap();
+    s.client().batch_execute("CREATE DATABASE d2").unwrap();
+    s.client_db("d2").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    s.client().batch_execute("SELECT next_shard_id(1)").unwrap(); // postgres takes the one entry
+    // 40 short sessions of a role without rights in d2, each minting once, 20 at a time.
+    for _ in 0..2 {
+        let sessions: Vec<_> = (0..20)
+            .map(|_| {
+                let conninfo = s.conninfo("d2").replace("user=postgres", "user=nobody");
+                std::thread::spawn(move || {
+                    let mut c = Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
+                    c.batch_execute("SELECT uuid_v7(); SELECT next_shard_id(2)").unwrap();
+                })
+            })
+            .collect();
+        for t in sessions {
+            t.join().unwrap();
+        }
+    }
+    let mut c = s.client();
+    assert_eq!(sqlstate(c.query_one("SELECT next_shard_id(1)", &[])), "ok");
+    assert_eq!(sqlstate(c.query_one("SELECT uuid_v7()", &[])), "ok");
+    let lead: i64 = c.query_one("SELECT max(lead_ms) FROM id_generator_status()", &[]).unwrap().get(0);
+    assert!(lead <= 2000, "generators {lead} ms ahead of the clock after 40 sessions");
+    let ahead: i64 = s
+        .client_db("d2")
+        .query_one("SELECT (extract(epoch FROM persisted_mark - clock_timestamp()) * 1000)::bigint FROM id_generator_server_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(ahead <= 2000, "d2's mark {ahead} ms ahead of the clock after 40 sessions");
+    let logged = s.log().matches(FALLBACK).count();
+    assert_eq!(logged, 1, "said once, not once per session");
+}
+
+#[test]
+fn a_lock_held_by_a_prepared_transaction_is_named_and_minting_waits_a_bounded_time() {
+    let mut s = Server::start("prepared-lock", &["max_prepared_transactions = 5"]);
+    s.client()
+        .batch_execute("CREATE ROLE mgr LOGIN; GRANT INSERT, UPDATE, DELETE ON shard_ownership, shard_releases, shard_fleet_mode TO mgr")
+        .unwrap();
+    s.client().batch_execute("CREATE DATABASE other").unwrap();
+    s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    s.client_as("postgres", "mgr")
+        .batch_execute("BEGIN; LOCK TABLE shard_ownership IN ACCESS EXCLUSIVE MODE; PREPARE TRANSACTION 'hold'")
+        .unwrap();
+    s.restart();
+    for db in ["other", "postgres"] {
+        let mut c = s.client_db(db);
+        let t0 = Instant::now();
+        let e = c.query_one("SELECT next_shard_id(1)", &[]).unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(8), "{db}: a bounded wait, not {:?}", t0.elapsed());
+        assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{db}");
+        let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or_default().to_string();
+        assert!(detail.contains("waiting for a lock"), "{db}: {detail}");
+    }
+    eventually(10, "the log names the holder", || s.log().contains("held by a prepared transaction"));
+    s.client().batch_execute("ROLLBACK PREPARED 'hold'").unwrap();
+    let mut o = s.client_db("other");
+    eventually(10, "minting resumes", || sqlstate(o.query_one("SELECT next_shard_id(1)", &[])) == "ok");
+}

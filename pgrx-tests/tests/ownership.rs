@@ -134,3 +134,45 @@ fn a_missing_fleet_database_refuses_rather_than_owning_every_shard() {
     assert_eq!(mint(&mut c, 5), "55000");
     assert_eq!(sqlstate(c.batch_execute("SELECT uuid_v7()")), "ok", "UUIDs do not depend on shard ownership");
 }
+
+/// Writes to the ownership tables by any means queue behind each other, so
+/// that each change publishes an image that includes every earlier one.
+#[test]
+fn direct_writes_to_the_ownership_tables_are_serialized() {
+    let s = Server::start("own-direct", &[]);
+    s.client()
+        .batch_execute(
+            "CREATE ROLE mgr LOGIN; GRANT INSERT, UPDATE, DELETE ON shard_ownership, shard_releases, shard_fleet_mode TO mgr;
+             SELECT shard_claim(0, 0)",
+        )
+        .unwrap();
+    s.client().batch_execute("CREATE DATABASE other").unwrap();
+    s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    let mut a = s.client_as("postgres", "mgr");
+    a.batch_execute("BEGIN; INSERT INTO shard_ownership (first_shard, last_shard) VALUES (10, 10)").unwrap();
+    let conninfo = s.conninfo("postgres").replace("user=postgres", "user=mgr");
+    let b = std::thread::spawn(move || {
+        let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
+        b.batch_execute("INSERT INTO shard_ownership (first_shard, last_shard) VALUES (20, 20)").unwrap();
+    });
+    let mut c = s.client();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = 'mgr' AND wait_event_type = 'Lock'", &[])
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the second change did not wait for the first");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    a.batch_execute("COMMIT").unwrap();
+    b.join().unwrap();
+    let mut o = s.client_db("other");
+    for shard in [0, 10, 20] {
+        assert_eq!(mint(&mut o, shard), "ok", "shard {shard}");
+    }
+    assert_eq!(mint(&mut o, 30), "55000");
+}

@@ -188,17 +188,62 @@ fn restore_with_triggers_disabled_keeps_the_registry_right() {
     registry_follows_schemas(&mut c);
 }
 
+/// Every object of the extension in a database, with what defines it.
+fn inventory(c: &mut Client) -> Vec<String> {
+    c.query(
+        "SELECT pg_describe_object(d.classid, d.objid, 0) || ' ' || coalesce((
+             SELECT p.provolatile::text || p.proparallel::text || p.proisstrict::text || p.prosecdef::text || coalesce(p.proconfig::text, '')
+                    || pg_get_function_result(p.oid) || prosrc
+               FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid), '') || coalesce((
+             SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull, ',' ORDER BY a.attname)
+               FROM pg_attribute a WHERE d.classid = 'pg_class'::regclass AND a.attrelid = d.objid AND a.attnum > 0 AND NOT a.attisdropped), '')
+           || ' ' || coalesce((SELECT c.description FROM pg_description c
+                                WHERE c.objoid = d.objid AND c.classoid = d.classid AND c.objsubid = 0), '')
+           || ' ' || coalesce((SELECT e.evtevent || coalesce(e.evttags::text, '') FROM pg_event_trigger e
+                                WHERE d.classid = 'pg_event_trigger'::regclass AND e.oid = d.objid), '')
+           FROM pg_depend d
+          WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+            AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen')
+          ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// The updated extension has exactly the objects of a fresh install of this
+/// version: definitions, descriptions, event-trigger events and tags.
+fn assert_same_objects_as_a_fresh_install(server: &Server, c: &mut Client) {
+    c.batch_execute("DROP DATABASE IF EXISTS fresh").unwrap();
+    c.batch_execute("CREATE DATABASE fresh").unwrap();
+    server.client_db("fresh").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    let (updated, fresh) = (inventory(c), inventory(&mut server.client_db("fresh")));
+    let only_updated: Vec<_> = updated.iter().filter(|o| !fresh.contains(o)).collect();
+    let only_fresh: Vec<_> = fresh.iter().filter(|o| !updated.contains(o)).collect();
+    assert!(only_updated.is_empty() && only_fresh.is_empty(), "updated only: {only_updated:#?}\nfresh only: {only_fresh:#?}");
+}
+
+fn sharedir() -> String {
+    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
+    let out = Command::new(pg_config).arg("--sharedir").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A released version's script (kept in sql/), next to this build's files.
+fn install_released_script(sharedir: &str, version: &str) -> std::path::PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../sql/pg_idgen--{version}.sql"));
+    let installed = Path::new(sharedir).join(format!("extension/pg_idgen--{version}.sql"));
+    std::fs::copy(&script, &installed).unwrap();
+    installed
+}
+
 #[test]
 fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     // The 0.1.0 script, as released, next to this build's files.
-    let sharedir = {
-        let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-        let out = Command::new(pg_config).arg("--sharedir").output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql/pg_idgen--0.1.0.sql");
-    let installed = Path::new(&sharedir).join("extension/pg_idgen--0.1.0.sql");
-    std::fs::copy(&script, &installed).unwrap();
+    let sharedir = sharedir();
+    let installed = install_released_script(&sharedir, "0.1.0");
 
     let server = Server::init("update-010", &["shared_preload_libraries = 'pg_idgen'"]);
     let mut c = server.client();
@@ -234,32 +279,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     assert_eq!(claims, "0-6,8-99");
     assert_eq!(sqlstate(c.batch_execute("SELECT next_shard_id(7)")), "55000");
 
-    // The updated extension has exactly the objects of a fresh install of this version.
-    c.batch_execute("CREATE DATABASE fresh").unwrap();
-    server.client_db("fresh").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
-    let inventory = |c: &mut Client| -> Vec<String> {
-        c.query(
-            "SELECT pg_describe_object(d.classid, d.objid, 0) || ' ' || coalesce((
-                 SELECT p.provolatile::text || p.proparallel::text || p.proisstrict::text || p.prosecdef::text || coalesce(p.proconfig::text, '')
-                        || pg_get_function_result(p.oid) || prosrc
-                   FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid), '') || coalesce((
-                 SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull, ',' ORDER BY a.attname)
-                   FROM pg_attribute a WHERE d.classid = 'pg_class'::regclass AND a.attrelid = d.objid AND a.attnum > 0 AND NOT a.attisdropped), '')
-               FROM pg_depend d
-              WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-                AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen')
-              ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-    };
-    let (updated, fresh) = (inventory(&mut c), inventory(&mut server.client_db("fresh")));
-    let only_updated: Vec<_> = updated.iter().filter(|o| !fresh.contains(o)).collect();
-    let only_fresh: Vec<_> = fresh.iter().filter(|o| !updated.contains(o)).collect();
-    assert!(only_updated.is_empty() && only_fresh.is_empty(), "updated only: {only_updated:#?}\nfresh only: {only_fresh:#?}");
+    assert_same_objects_as_a_fresh_install(&server, &mut c);
 
     // A 0.1.0 database other than the fleet database with claims of its own:
     // the update refuses, rather than let them silently stop counting.
@@ -269,5 +289,35 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
         .unwrap();
     assert_eq!(sqlstate(app.batch_execute("ALTER EXTENSION pg_idgen UPDATE")), "55000");
     app.batch_execute("DELETE FROM shard_ownership; ALTER EXTENSION pg_idgen UPDATE").unwrap();
+    let _ = std::fs::remove_file(installed);
+}
+
+#[test]
+fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
+    let installed = install_released_script(&sharedir(), "0.2.0");
+    let server = Server::init("update-020", &["shared_preload_libraries = 'pg_idgen'"]);
+    let mut c = server.client();
+    c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'").unwrap();
+    let old_max = fill(&mut c);
+    // The new library with the 0.2.0 objects, before ALTER EXTENSION UPDATE:
+    // DEFAULTs mint, registration, renames and drops work, status reads.
+    c.batch_execute(
+        "INSERT INTO insta5.photos (n) VALUES (0);
+         SELECT shard_schema_create('before_update', 11);
+         ALTER SCHEMA before_update RENAME TO renamed_before_update;
+         SELECT id_shard(next_schema_id('renamed_before_update'));
+         DROP SCHEMA renamed_before_update;
+         SELECT uuid_v7(); SELECT * FROM id_generator_server_status(); SELECT * FROM id_generator_status();",
+    )
+    .unwrap();
+    let shard: i32 = c.query_one("SELECT id_shard(max(id)) FROM insta5.photos", &[]).unwrap().get(0);
+    assert_eq!(shard, 5);
+    c.batch_execute("DELETE FROM insta5.photos WHERE n = 0").unwrap();
+    c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
+    let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, "0.3.0");
+    check(&mut c, old_max);
+    registry_follows_schemas(&mut c);
+    assert_same_objects_as_a_fresh_install(&server, &mut c);
     let _ = std::fs::remove_file(installed);
 }

@@ -249,6 +249,11 @@ impl Layout {
             .ok_or(SchemeError::TimeOutOfRange)
     }
 
+    /// The last Unix millisecond an ID can carry: the end of the last time unit.
+    pub fn last_carried_unix_ms(&self) -> Result<i64, SchemeError> {
+        Ok(self.last_unix_ms()? + self.unit_ms - 1)
+    }
+
     fn time_shift(&self) -> u32 {
         self.node_bits + self.seq_bits
     }
