@@ -182,7 +182,7 @@ fn when_ownership_cannot_load_the_error_and_the_log_say_why() {
     let mut f = s.client_db("fleet");
     f.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     f.batch_execute("BEGIN; LOCK TABLE shard_ownership IN ACCESS EXCLUSIVE MODE").unwrap();
-    eventually(30, "the loader logs what it waits for", || s.log().contains("waiting for a lock on table shard_ownership"));
+    eventually(30, "the loader logs what it waits for", || s.log().contains("pg_idgen loader: waiting for a lock on an ownership table in database \"fleet\", held by process"));
     let t0 = Instant::now();
     let e = c.query_one("SELECT next_shard_id(1)", &[]).unwrap_err();
     assert!(t0.elapsed() < Duration::from_secs(8), "a bounded wait: {:?}", t0.elapsed());
