@@ -188,12 +188,14 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     let persisted = catalog::sequence_value(seq);
     if mark.reserved_ms.load(Ordering::Acquire) == 0 {
         // The first load since the server started (for a shared entry) or
-        // since the session did (for a session's own reservation). After a
-        // restart or crash the generators already start above every mark
-        // file; only where the files may be older than the marks (a standby
-        // or a restore from a backup, then promoted) must a session raise
-        // them. A shared entry raises them once per database either way.
-        if !mark.per_session || FILES_MAY_BE_STALE.load(Ordering::Relaxed) {
+        // since the session did (for a session's own reservation). A shared
+        // entry raises the generators above the mark, once per database. A
+        // session needs to only if the database's file is behind its mark
+        // (written by a standby's primary, restored from a backup, or not
+        // carried by pg_upgrade): otherwise the generators started above the
+        // file, or were raised when the file was last written. So sessions
+        // never push one another ahead of the clock.
+        if !mark.per_session || filed_ms(mark.dboid.load(Ordering::Relaxed)) < persisted {
             raise_floor(persisted.max(last_replayed_commit_ms()));
         } else if persisted >= need_ms {
             // Reserved (and flushed, and filed) by an earlier session: take it as it is.
@@ -227,6 +229,15 @@ fn write_server_file(dboid: u32, target_ms: i64) {
     write_file(&format!("{FILE_PREFIX}{dboid}"), target_ms)
 }
 
+/// The reservation a database's file holds (0 without one).
+fn filed_ms(dboid: u32) -> i64 {
+    read_file(&format!("{FILE_PREFIX}{dboid}"))
+}
+
+fn read_file(path: &str) -> i64 {
+    std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
+}
+
 fn write_file(path: &str, target_ms: i64) {
     let tmp = format!("{path}.tmp");
     let written = (|| -> std::io::Result<()> {
@@ -248,7 +259,7 @@ fn mark_files() -> Vec<(u32, i64)> {
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().to_string_lossy().strip_prefix(FILE_PREFIX)?.parse::<u32>().ok())
-        .map(|oid| (oid, std::fs::read_to_string(format!("{FILE_PREFIX}{oid}")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)))
+        .map(|oid| (oid, filed_ms(oid)))
         .collect()
 }
 
@@ -276,17 +287,10 @@ pub fn fold_files_of_dropped_databases() {
     }
 }
 
-/// Whether the mark files may be older than the marks in the databases: the
-/// server started as a standby or to recover from a backup (set in the
-/// postmaster with the floors below; every process inherits it).
-static FILES_MAY_BE_STALE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Where generators start after a (re)start of the server: above the largest
 /// reservation any database recorded in the data directory. Called in the
 /// postmaster when shared memory is initialized.
 pub fn restart_floors() -> (u64, u64) {
-    let recovering = ["standby.signal", "recovery.signal"].iter().any(|f| std::path::Path::new(f).exists());
-    FILES_MAY_BE_STALE.store(recovering, Ordering::Relaxed);
     let max_ms = mark_files().into_iter().map(|(_, ms)| ms).max().unwrap_or(0);
     let floor = |ms: i64, bits: u32| if ms > 0 { ((ms as u64) << bits) - 1 } else { 0 };
     if max_ms <= 0 {

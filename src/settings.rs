@@ -48,7 +48,7 @@ pub fn register(preloading: bool) {
             c"pg_idgen.max_databases",
             c"How many databases of the server share a reservation of the high-water mark in shared memory.",
             c"16 bytes of shared memory each. Past it, each session of another database keeps a reservation of its own, \
-              which costs a WAL flush per session and second of minting.",
+              which may cost a WAL flush per session and second of minting.",
             &MAX_DATABASES,
             1,
             1_000_000,
