@@ -194,3 +194,34 @@ fn a_promoted_standby_with_a_lagging_clock_does_not_repeat_another_databases_ids
     let new_min: i64 = b.query_one("SELECT min(id) FROM new_ids", &[]).unwrap().get(0);
     assert!(new_min > old_max, "database b minted {new_min}, not above {old_max} from database postgres");
 }
+
+/// A database past `pg_idgen.max_databases` (whose sessions keep their own
+/// reservations) does not repeat IDs after a promotion onto a lagging clock,
+/// nor after the promoted server restarts.
+#[test]
+fn a_database_past_max_databases_does_not_repeat_ids_after_a_promotion() {
+    let mut primary = Server::start_with_clock("promo_many_primary", &[LONG_LEAD, "pg_idgen.max_databases = 1"]);
+    primary.client().batch_execute("SELECT next_shard_id(4)").unwrap(); // postgres takes the one entry
+    primary.client().batch_execute("CREATE DATABASE b").unwrap();
+    primary.client_db("b").batch_execute("CREATE EXTENSION pg_idgen; SELECT next_shard_id(3)").unwrap();
+    let mut standby = Server::standby_of(&primary, "promo_many_standby", &[]);
+    standby.set_clock("-1800s");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Database b mints on after the standby copied the files.
+    primary
+        .client_db("b")
+        .batch_execute("CREATE TABLE old_ids AS SELECT next_shard_id(3) AS id FROM generate_series(1, 3000)")
+        .unwrap();
+    standby.wait_for_replay(&primary);
+    primary.stop("fast");
+    standby.promote();
+    standby.client().batch_execute("SELECT next_shard_id(4)").unwrap();
+    let mut b = standby.client_db("b");
+    let old_max: i64 = b.query_one("SELECT max(id) FROM old_ids", &[]).unwrap().get(0);
+    let first: i64 = b.query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
+    assert!(first > old_max, "after the promotion: {first} not above {old_max}");
+    drop(b);
+    standby.restart();
+    let again: i64 = standby.client_db("b").query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
+    assert!(again > first, "after the promoted server restarted: {again} not above {first}");
+}
