@@ -1,0 +1,98 @@
+//! The package this run installed (`scripts/test` builds it with
+//! `scripts/package` and names it in `PG_IDGEN_PACKAGE`) is what the other
+//! end-to-end tests run against: its files are the installed ones, byte for
+//! byte, laid out where PostgreSQL looks, with the metadata a package needs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn package() -> PathBuf {
+    let p = std::env::var("PG_IDGEN_PACKAGE")
+        .expect("PG_IDGEN_PACKAGE names the package under test: run the suite with scripts/test");
+    PathBuf::from(p)
+}
+
+fn pg_config(arg: &str) -> String {
+    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
+    let out = Command::new(pg_config).arg(arg).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn version() -> String {
+    let cargo = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")).unwrap();
+    cargo.lines().find_map(|l| l.strip_prefix("version = \"")).unwrap().trim_end_matches('"').to_string()
+}
+
+/// Unpacks the package into a new directory; returns it.
+fn unpack(pkg: &Path) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pg_idgen_pkg_check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    if pkg.extension().is_some_and(|e| e == "deb") {
+        run("dpkg-deb", &["-x", pkg.to_str().unwrap(), d]);
+    } else {
+        run("tar", &["-C", d, "-xzf", pkg.to_str().unwrap()]);
+    }
+    dir
+}
+
+#[test]
+fn the_installed_files_are_the_packages() {
+    let pkg = package();
+    let dir = unpack(&pkg);
+    let (lib, ext) = if pkg.extension().is_some_and(|e| e == "deb") {
+        let major = pg_config("--version").split_whitespace().nth(1).unwrap().split('.').next().unwrap().to_string();
+        (dir.join(format!("usr/lib/postgresql/{major}/lib")), dir.join(format!("usr/share/postgresql/{major}/extension")))
+    } else {
+        let top = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+        assert!(top.join("install.sh").exists(), "the tarball has install.sh");
+        (top.join("lib"), top.join("extension"))
+    };
+    let v = version();
+    let mut files = vec![lib.join("pg_idgen.so"), ext.join("pg_idgen.control"), ext.join(format!("pg_idgen--{v}.sql"))];
+    files.extend(std::fs::read_dir(&ext).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().contains("--")));
+    let installed_lib = PathBuf::from(pg_config("--pkglibdir"));
+    let installed_ext = PathBuf::from(pg_config("--sharedir")).join("extension");
+    for f in &files {
+        let name = f.file_name().unwrap();
+        let installed = if f.starts_with(&lib) { installed_lib.join(name) } else { installed_ext.join(name) };
+        assert_eq!(std::fs::read(f).unwrap(), std::fs::read(&installed).unwrap(), "{} is not what is installed", name.to_string_lossy());
+    }
+    let update_scripts = files.iter().filter(|p| p.to_string_lossy().contains("--")).count();
+    assert!(update_scripts >= 3, "the full script and the update scripts from 0.1.0 and 0.2.0");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_debian_package_says_what_it_is() {
+    let pkg = package();
+    if pkg.extension().is_none_or(|e| e != "deb") {
+        // The tarball's layout is checked above; this run has no .deb.
+        assert!(pkg.to_string_lossy().ends_with("-linux-x86_64.tar.gz"), "{}", pkg.display());
+        return;
+    }
+    let p = pkg.to_str().unwrap();
+    let field = |f: &str| run("dpkg-deb", &["-f", p, f]).trim().to_string();
+    assert_eq!(field("Package"), "postgresql-15-pg-idgen");
+    assert_eq!(field("Version"), version());
+    assert_eq!(field("Architecture"), "amd64");
+    assert!(field("Depends").starts_with("postgresql-15"), "{}", field("Depends"));
+    assert_eq!(pkg.file_name().unwrap().to_string_lossy(), format!("postgresql-15-pg-idgen_{}_amd64.deb", version()));
+    let contents = run("dpkg-deb", &["-c", p]);
+    for path in [
+        "./usr/lib/postgresql/15/lib/pg_idgen.so",
+        "./usr/share/postgresql/15/extension/pg_idgen.control",
+        "./usr/share/doc/postgresql-15-pg-idgen/changelog.Debian.gz",
+        "./usr/share/doc/postgresql-15-pg-idgen/copyright",
+    ] {
+        assert!(contents.contains(path), "{path} missing from\n{contents}");
+    }
+    assert!(contents.lines().all(|l| l.contains("root/root")), "files owned by root:\n{contents}");
+}
