@@ -96,3 +96,12 @@ fn the_debian_package_says_what_it_is() {
     }
     assert!(contents.lines().all(|l| l.contains("root/root")), "files owned by root:\n{contents}");
 }
+
+#[test]
+fn the_pgxn_metadata_names_this_version() {
+    let meta = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../META.json")).unwrap();
+    let v = version();
+    assert_eq!(meta.matches(&format!("\"version\": \"{v}\"")).count(), 2, "META.json's release and extension versions are {v}");
+    let control = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../pg_idgen.control")).unwrap();
+    assert!(control.contains("default_version = '@CARGO_VERSION@'"), "the control file follows Cargo.toml");
+}
