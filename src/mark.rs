@@ -101,10 +101,10 @@ fn my_database() -> u32 {
 /// The entry that holds a database's reservation: its shared entry, a free
 /// one, or one of a dropped database. When all `pg_idgen.max_databases` are
 /// taken by databases that exist, the session keeps a reservation of its
-/// own (in its own memory), extended under the same lock and written to
-/// the same sequence and file: just as safe, at the cost of a WAL flush per
-/// session and second of minting. Nothing another database does can stop
-/// this one from minting.
+/// own (in its own memory), read from and extended in the same sequence and
+/// file under the same lock (see `write_mark`): just as safe, at the cost of
+/// at most a WAL flush per session and second of minting. Nothing another
+/// database does can stop this one from minting.
 fn entry_for(dboid: u32) -> &'static DbMark {
     if let Some(mark) = shared::mark_of(dboid) {
         return mark;
@@ -131,7 +131,7 @@ pub fn shared_reservation_ms() -> i64 {
 }
 
 /// Whether a database exists (a dropped one's mark entry can be reused).
-pub fn database_exists(dboid: u32) -> bool {
+fn database_exists(dboid: u32) -> bool {
     // SAFETY: a syscache existence probe; no locks kept.
     unsafe {
         pg_sys::SearchSysCacheExists(
