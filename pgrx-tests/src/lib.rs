@@ -52,11 +52,16 @@ fn check(what: &str, out: std::io::Result<Output>) -> Output {
     out
 }
 
-/// PostgreSQL's program directory, from `pg_config` (or `$PG_CONFIG`).
-pub fn bindir() -> PathBuf {
+/// What `pg_config` (or `$PG_CONFIG`) of the installation under test says for `arg`.
+pub fn pg_config(arg: &str) -> PathBuf {
     let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-    let out = check("pg_config --bindir", Command::new(&pg_config).arg("--bindir").output());
+    let out = check(&format!("pg_config {arg}"), Command::new(&pg_config).arg(arg).output());
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// PostgreSQL's program directory.
+pub fn bindir() -> PathBuf {
+    pg_config("--bindir")
 }
 
 /// A program of the PostgreSQL installation under test.
@@ -308,6 +313,15 @@ fn faketime_env(file: &str) -> Vec<(String, String)> {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
+}
+
+/// Waits (at most `secs`, polling every 100 ms) until `f` holds; fails the test naming `what` otherwise.
+pub fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "not within {secs} s: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The SQLSTATE of a failed statement.

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use pg_idgen_e2e::postgres::error::{DbError, ErrorPosition};
 use pg_idgen_e2e::postgres::Error as PgError;
 use pg_idgen_e2e::postgres::{Client, NoTls, SimpleQueryMessage};
-use pg_idgen_e2e::{bindir, Server, PORT};
+use pg_idgen_e2e::{bindir, pg_config, Server, PORT};
 
 const PRELOAD: &str = "shared_preload_libraries = 'pg_idgen'";
 /// Every statement of the corpus stops after this long.
@@ -305,12 +305,6 @@ impl RegressCorpus {
             libdir,
         }
     }
-}
-
-fn pg_config(arg: &str) -> PathBuf {
-    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-    let out = Command::new(&pg_config).arg(arg).output().expect("pg_config");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 fn own_corpus() -> Vec<PathBuf> {

@@ -8,22 +8,13 @@
 use std::time::{Duration, Instant};
 
 use pg_idgen_e2e::postgres::Client;
-use pg_idgen_e2e::{sqlstate, Server};
+use pg_idgen_e2e::{eventually, sqlstate, Server};
 
 const FALLBACK: &str = "more than pg_idgen.max_databases";
 
 /// Loader processes running now.
 fn loaders(c: &mut Client) -> i64 {
     c.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idgen loader'", &[]).unwrap().get(0)
-}
-
-/// Waits (at most `secs`) until `f` holds.
-fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "not within {secs} s: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

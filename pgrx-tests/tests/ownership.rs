@@ -156,18 +156,13 @@ fn direct_writes_to_the_ownership_tables_are_serialized() {
         b.batch_execute("INSERT INTO shard_ownership (first_shard, last_shard) VALUES (20, 20)").unwrap();
     });
     let mut c = s.client();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    pg_idgen_e2e::eventually(10, "the second change waits for the first", || {
         let waiting: i64 = c
             .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = 'mgr' AND wait_event_type = 'Lock'", &[])
             .unwrap()
             .get(0);
-        if waiting == 1 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the second change did not wait for the first");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+        waiting == 1
+    });
     a.batch_execute("COMMIT").unwrap();
     b.join().unwrap();
     let mut o = s.client_db("other");

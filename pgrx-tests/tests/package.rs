@@ -6,16 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use pg_idgen_e2e::pg_config;
+
 fn package() -> PathBuf {
     let p = std::env::var("PG_IDGEN_PACKAGE")
         .expect("PG_IDGEN_PACKAGE names the package under test: run the suite with scripts/test");
     PathBuf::from(p)
-}
-
-fn pg_config(arg: &str) -> String {
-    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-    let out = Command::new(pg_config).arg(arg).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn run(program: &str, args: &[&str]) -> String {
@@ -48,7 +44,7 @@ fn the_installed_files_are_the_packages() {
     let pkg = package();
     let dir = unpack(&pkg);
     let (lib, ext) = if pkg.extension().is_some_and(|e| e == "deb") {
-        let major = pg_config("--version").split_whitespace().nth(1).unwrap().split('.').next().unwrap().to_string();
+        let major = pg_config("--version").to_string_lossy().split_whitespace().nth(1).unwrap().split('.').next().unwrap().to_string();
         (dir.join(format!("usr/lib/postgresql/{major}/lib")), dir.join(format!("usr/share/postgresql/{major}/extension")))
     } else {
         let top = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
@@ -58,8 +54,8 @@ fn the_installed_files_are_the_packages() {
     let v = version();
     let mut files = vec![lib.join("pg_idgen.so"), ext.join("pg_idgen.control"), ext.join(format!("pg_idgen--{v}.sql"))];
     files.extend(std::fs::read_dir(&ext).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().contains("--")));
-    let installed_lib = PathBuf::from(pg_config("--pkglibdir"));
-    let installed_ext = PathBuf::from(pg_config("--sharedir")).join("extension");
+    let installed_lib = pg_config("--pkglibdir");
+    let installed_ext = pg_config("--sharedir").join("extension");
     for f in &files {
         let name = f.file_name().unwrap();
         let installed = if f.starts_with(&lib) { installed_lib.join(name) } else { installed_ext.join(name) };

@@ -3,10 +3,9 @@
 //! pg_dumpall, pg_upgrade, and ALTER EXTENSION UPDATE from 0.1.0.
 
 use std::path::Path;
-use std::process::Command;
 
 use pg_idgen_e2e::postgres::Client;
-use pg_idgen_e2e::{bin, sqlstate, Server};
+use pg_idgen_e2e::{bin, pg_config, sqlstate, Server};
 
 /// A database in use: a registered shard schema with rows, claims, a
 /// release, and IDs minted. Returns the largest ID minted there.
@@ -225,16 +224,10 @@ fn assert_same_objects_as_a_fresh_install(server: &Server, c: &mut Client) {
     assert!(only_updated.is_empty() && only_fresh.is_empty(), "updated only: {only_updated:#?}\nfresh only: {only_fresh:#?}");
 }
 
-fn sharedir() -> String {
-    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-    let out = Command::new(pg_config).arg("--sharedir").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// A released version's script (kept in sql/), next to this build's files.
-fn install_released_script(sharedir: &str, version: &str) -> std::path::PathBuf {
+fn install_released_script(sharedir: &Path, version: &str) -> std::path::PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../sql/pg_idgen--{version}.sql"));
-    let installed = Path::new(sharedir).join(format!("extension/pg_idgen--{version}.sql"));
+    let installed = sharedir.join(format!("extension/pg_idgen--{version}.sql"));
     std::fs::copy(&script, &installed).unwrap();
     installed
 }
@@ -242,7 +235,7 @@ fn install_released_script(sharedir: &str, version: &str) -> std::path::PathBuf 
 #[test]
 fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     // The 0.1.0 script, as released, next to this build's files.
-    let sharedir = sharedir();
+    let sharedir = pg_config("--sharedir");
     let installed = install_released_script(&sharedir, "0.1.0");
 
     let server = Server::init("update-010", &["shared_preload_libraries = 'pg_idgen'"]);
@@ -294,7 +287,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
 
 #[test]
 fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
-    let installed = install_released_script(&sharedir(), "0.2.0");
+    let installed = install_released_script(&pg_config("--sharedir"), "0.2.0");
     let server = Server::init("update-020", &["shared_preload_libraries = 'pg_idgen'"]);
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'").unwrap();
