@@ -218,15 +218,9 @@ fn wait_for_load(f: &FleetState) -> Result<(), IdError> {
         return Err(IdError::ReadOnly("next_shard_id"));
     }
     let db = settings::fleet_database();
+    let deadline = std::time::Instant::now() + LOAD_WAIT;
     if in_fleet_database() {
-        let deadline = std::time::Instant::now() + LOAD_WAIT;
-        let waited = |_: &str| {
-            check_for_interrupts!();
-            // SAFETY: sleeps this process only.
-            unsafe { pg_sys::pg_usleep(50_000) };
-            std::time::Instant::now() < deadline
-        };
-        if !lock_tables(f, waited) {
+        if !lock_tables(|_| pause_until(deadline)) {
             return Err(IdError::OwnershipNotLoaded { database: db, loader: LoaderState::WaitingForLock });
         }
         load_here(f);
@@ -238,19 +232,23 @@ fn wait_for_load(f: &FleetState) -> Result<(), IdError> {
         // A missing fleet database (a typo, a rename) must not mean "every shard".
         return Err(IdError::FleetDatabaseMissing(db));
     }
-    let steps = LOAD_WAIT.as_millis() / 50;
-    for _ in 0..steps {
-        check_for_interrupts!();
-        if f.loaded.load(Ordering::Acquire) {
-            return Ok(());
+    while !f.loaded.load(Ordering::Acquire) {
+        if !pause_until(deadline) {
+            if f.loaded.load(Ordering::Acquire) {
+                break;
+            }
+            return Err(IdError::OwnershipNotLoaded { database: db, loader: loader_state(f) });
         }
-        // SAFETY: sleeps this process only.
-        unsafe { pg_sys::pg_usleep(50_000) };
     }
-    if f.loaded.load(Ordering::Acquire) {
-        return Ok(());
-    }
-    Err(IdError::OwnershipNotLoaded { database: db, loader: loader_state(f) })
+    Ok(())
+}
+
+/// Sleeps 50 ms (interruptibly); whether `deadline` is still ahead.
+fn pause_until(deadline: std::time::Instant) -> bool {
+    check_for_interrupts!();
+    // SAFETY: sleeps this process only.
+    unsafe { pg_sys::pg_usleep(50_000) };
+    std::time::Instant::now() < deadline
 }
 
 /// What the loader is doing, as the error for a mint that waited for it says.
@@ -455,14 +453,15 @@ pub extern "C-unwind" fn pg_idgen_loader(_arg: pg_sys::Datum) {
         BackgroundWorker::connect_worker_to_spi(Some(&db), None);
         let loaded = BackgroundWorker::transaction(|| {
             let mut logged = false;
-            let waited = |holders: &str| {
+            let waited = |rel| {
                 if !logged {
-                    log!("pg_idgen loader: waiting for a lock on an ownership table in database \"{db}\", held by {holders}");
+                    f.loader_state.store(LoaderState::WaitingForLock as u32, Ordering::Release);
+                    log!("pg_idgen loader: waiting for a lock on an ownership table in database \"{db}\", held by {}", holders(rel));
                     logged = true;
                 }
                 BackgroundWorker::wait_latch(Some(Duration::from_millis(100)))
             };
-            if !lock_tables(f, waited) {
+            if !lock_tables(waited) {
                 return false;
             }
             load_here(f);
@@ -485,14 +484,13 @@ pub extern "C-unwind" fn pg_idgen_loader(_arg: pg_sys::Datum) {
 
 /// Takes share locks on the ownership tables without queueing (so that it
 /// never blocks a change behind it). While one is held elsewhere, calls
-/// `waited` with who holds it, which sleeps and says whether to go on trying.
-fn lock_tables(f: &FleetState, mut waited: impl FnMut(&str) -> bool) -> bool {
+/// `waited` with that table, which sleeps and says whether to go on trying.
+fn lock_tables(mut waited: impl FnMut(pg_sys::Oid) -> bool) -> bool {
     for name in [c"shard_ownership", c"shard_releases", c"shard_fleet_mode"] {
         let Some(rel) = catalog::relation(name) else { continue };
         // SAFETY: a conditional lock request on an existing relation of ours.
         while !unsafe { pg_sys::ConditionalLockRelationOid(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE) } {
-            f.loader_state.store(LoaderState::WaitingForLock as u32, Ordering::Release);
-            if !waited(&holders(rel)) {
+            if !waited(rel) {
                 return false;
             }
         }
