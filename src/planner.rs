@@ -581,14 +581,7 @@ unsafe fn column_is_error_free(var: &pg_sys::Var, level: &Level) -> bool {
     // SAFETY: walks the levels the walk is inside of, and reads their range
     // tables, which the Var's indexes point into.
     unsafe {
-        let mut at: *const Level = level;
-        for _ in 0..var.varlevelsup {
-            at = (*at).up;
-            if at.is_null() {
-                return false;
-            }
-        }
-        let at = &*at;
+        let Some(at) = levels_up(level, var.varlevelsup) else { return false };
         let (varno, attno) = (var.varno as i64, var.varattno as i64);
         if varno < 1 || varno as usize > length((*at.query).rtable) || attno < 1 {
             return false;
@@ -616,14 +609,8 @@ unsafe fn column_is_error_free(var: &pg_sys::Var, level: &Level) -> bool {
                 true
             }
             pg_sys::RTEKind::RTE_CTE if !rte.self_reference && !rte.ctename.is_null() => {
-                let mut owner: *const Level = at;
-                for _ in 0..rte.ctelevelsup {
-                    owner = (*owner).up;
-                    if owner.is_null() {
-                        return false;
-                    }
-                }
-                let ctes = (*(*owner).query).cteList;
+                let Some(owner) = levels_up(at, rte.ctelevelsup) else { return false };
+                let ctes = (*owner.query).cteList;
                 for i in 0..length(ctes) {
                     let cte = &*(nth(ctes, i) as *mut pg_sys::CommonTableExpr);
                     if !cte.ctename.is_null() && CStr::from_ptr(cte.ctename) == CStr::from_ptr(rte.ctename) {
@@ -631,7 +618,7 @@ unsafe fn column_is_error_free(var: &pg_sys::Var, level: &Level) -> bool {
                         return !cte.cterecursive
                             && !sub.is_null()
                             && (*sub).type_ == NodeTag::T_Query
-                            && output_is_error_free(sub.cast(), attno, &*owner);
+                            && output_is_error_free(sub.cast(), attno, owner);
                     }
                 }
                 false
@@ -639,6 +626,17 @@ unsafe fn column_is_error_free(var: &pg_sys::Var, level: &Level) -> bool {
             _ => false,
         }
     }
+}
+
+/// The query level `n` levels around `level` (what `varlevelsup` and
+/// `ctelevelsup` count), if the walk is that deep.
+fn levels_up(level: &Level, n: pg_sys::Index) -> Option<&Level> {
+    let mut at = level;
+    for _ in 0..n {
+        // SAFETY: `up` is NULL or the enclosing level, whose frame outlives this one's.
+        at = unsafe { at.up.as_ref()? };
+    }
+    Some(at)
 }
 
 /// Output column `attno` of a plain SELECT `sub` (a query level inside
