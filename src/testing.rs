@@ -9,32 +9,23 @@ pub fn one<T: FromDatum + IntoDatum>(sql: &str) -> T {
 
 /// The SQLSTATE that evaluating the SQL expression `expr` fails with, or "ok".
 pub fn sqlstate(expr: &str) -> String {
-    if one::<bool>("SELECT to_regprocedure('pg_temp.sqlstate_of(text)') IS NULL") {
-        create_sqlstate_of();
-    }
-    one(&format!("SELECT pg_temp.sqlstate_of($q${expr}$q$)"))
-}
-
-fn create_sqlstate_of() {
-    Spi::run(
-        "CREATE OR REPLACE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $f$
-         BEGIN EXECUTE 'SELECT ' || q; RETURN 'ok';
-         EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE; END $f$",
-    )
-    .unwrap();
+    let error = error_of(expr);
+    error.split(':').next().unwrap_or_default().to_string()
 }
 
 /// `SQLSTATE: message / detail` of the error that evaluating `expr` raises, or "ok".
 pub fn error_of(expr: &str) -> String {
-    Spi::run(
-        "CREATE OR REPLACE FUNCTION pg_temp.error_of(q text) RETURNS text LANGUAGE plpgsql AS $f$
-         DECLARE m text; d text;
-         BEGIN EXECUTE 'SELECT ' || q; RETURN 'ok';
-         EXCEPTION WHEN OTHERS THEN
-             GET STACKED DIAGNOSTICS m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL;
-             RETURN SQLSTATE || ': ' || m || ' / ' || d; END $f$",
-    )
-    .unwrap();
+    if one::<bool>("SELECT to_regprocedure('pg_temp.error_of(text)') IS NULL") {
+        Spi::run(
+            "CREATE OR REPLACE FUNCTION pg_temp.error_of(q text) RETURNS text LANGUAGE plpgsql AS $f$
+             DECLARE m text; d text;
+             BEGIN EXECUTE 'SELECT ' || q; RETURN 'ok';
+             EXCEPTION WHEN OTHERS THEN
+                 GET STACKED DIAGNOSTICS m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL;
+                 RETURN SQLSTATE || ': ' || m || ' / ' || coalesce(d, ''); END $f$",
+        )
+        .unwrap();
+    }
     one(&format!("SELECT pg_temp.error_of($q${expr}$q$)"))
 }
 
