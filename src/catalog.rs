@@ -103,6 +103,12 @@ pub fn extension_schema() -> Option<pg_sys::Oid> {
     nsp
 }
 
+/// Whether an extension is installed in this database.
+pub fn extension_installed(name: &CStr) -> bool {
+    // SAFETY: a catalog lookup by name; missing_ok.
+    unsafe { pg_sys::get_extension_oid(name.as_ptr(), true) != pg_sys::InvalidOid }
+}
+
 /// `pg_extension.extnamespace` of pg_idgen, by an index scan (PostgreSQL 15
 /// does not export `get_extension_schema`).
 fn scan_extension_schema() -> Option<pg_sys::Oid> {

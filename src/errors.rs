@@ -69,6 +69,14 @@ pub enum IdError {
     SchemaNotRegistered(String),
     SchemaAlreadyRegistered { schema: String, shard: i32 },
     ShardTaken { shard: i32, schema: String },
+    /// On a Citus worker whose metadata lists no coordinator.
+    CitusNoCoordinator,
+    /// On a Citus worker, a function whose state only the coordinator holds.
+    CitusWorker(&'static str),
+    /// The Citus coordinator, which mints for the whole cluster, cannot be reached.
+    CitusUnreachable { node: String, function: &'static str, why: String },
+    /// An error the Citus coordinator raised, raised again as it was there.
+    Relayed { sqlstate: String, message: String, detail: Option<String>, hint: Option<String> },
     /// A failure of pgrx's SPI layer itself (not of the SQL it ran, which
     /// PostgreSQL raises directly): a bug, reported as an internal error.
     Internal(String),
@@ -123,6 +131,9 @@ impl IdError {
             SchemaNameInvalid(_) => ERRCODE_NAME_TOO_LONG,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
             SchemaAlreadyRegistered { .. } | ShardTaken { .. } => ERRCODE_UNIQUE_VIOLATION,
+            CitusNoCoordinator | CitusWorker(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            CitusUnreachable { .. } => ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+            Relayed { sqlstate, .. } => sqlstate_code(sqlstate),
             Internal(_) => ERRCODE_INTERNAL_ERROR,
         }
     }
@@ -305,6 +316,22 @@ impl IdError {
             ShardTaken { shard, schema } => {
                 (format!("shard {shard} is already registered to schema \"{schema}\""), None, None)
             }
+            CitusNoCoordinator => (
+                "this Citus worker knows no coordinator to mint IDs".into(),
+                Some("On a Citus cluster the coordinator (node group 0) mints every logical shard, and pg_dist_node here lists none.".into()),
+                Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>).".into()),
+            ),
+            CitusWorker(f) => (
+                format!("{f} must run on the Citus coordinator"),
+                Some("On a Citus cluster the coordinator mints every logical shard, so only its state counts.".into()),
+                Some("Run it on the coordinator.".into()),
+            ),
+            CitusUnreachable { node, function, why } => (
+                format!("{function} cannot reach the Citus coordinator at {node}"),
+                Some(why.clone()),
+                Some("On a Citus cluster the coordinator mints every logical shard: check that it runs and accepts this role's connections from this node (citus.node_conninfo, pg_hba.conf, .pgpass).".into()),
+            ),
+            Relayed { message, detail, hint, .. } => (message.clone(), detail.clone(), hint.clone()),
             Internal(e) => (format!("pg_idgen internal error: {e}"), None, None),
         }
     }
@@ -322,6 +349,16 @@ impl IdError {
         report.report(PgLogLevel::ERROR);
         unreachable!("an ERROR report does not return")
     }
+}
+
+/// A five-character SQLSTATE as PostgreSQL packs it (`MAKE_SQLSTATE`).
+fn sqlstate_code(code: &str) -> PgSqlErrorCode {
+    let b = code.as_bytes();
+    if b.len() != 5 {
+        return PgSqlErrorCode::ERRCODE_INTERNAL_ERROR;
+    }
+    let packed = b.iter().enumerate().fold(0i32, |acc, (i, c)| acc | ((((*c as i32) - b'0' as i32) & 0x3F) << (6 * i)));
+    PgSqlErrorCode::from(packed)
 }
 
 fn capitalized(s: &str) -> String {

@@ -8,6 +8,7 @@ use crate::core::layout::{self, Parts, Placed, Shard, ID_TICKS, MAX_MS, SEQ_BITS
 use crate::errors::OrRaise;
 use crate::mark::{self, DbReservation};
 use crate::clock::{self, timestamptz};
+use crate::citus::{self, Call};
 use crate::{epoch, fleet, settings, shared};
 
 /// The clock as a generator tick: epoch milliseconds, counter 0.
@@ -54,7 +55,11 @@ fn parts_of(id: i64) -> Parts {
 /// The next ID for a logical shard (0..8191).
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_shard_id(shard: i32) -> i64 {
-    mint(Shard::new(shard).or_raise(), "next_shard_id")
+    let shard = Shard::new(shard).or_raise();
+    if let Some(id) = citus::mint_elsewhere(Call::Shard(shard), "next_shard_id") {
+        return id;
+    }
+    mint(shard, "next_shard_id")
 }
 
 /// The time an ID was minted (to the millisecond).

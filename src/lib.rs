@@ -7,7 +7,8 @@
 //! ObjectID), `status`. Behind them: `mark` (the persisted high-water mark),
 //! `epoch` (the epoch each database records), `fleet` (the server's shard
 //! ownership, in shared memory), `planner` (time filters as key ranges),
-//! `catalog` (the one door to the catalog), `shared` (shared memory),
+//! `catalog` (the one door to the catalog), `citus` (one minter per Citus
+//! cluster: workers forward to the coordinator), `shared` (shared memory),
 //! `settings` (GUCs), `backend`, `clock`, `random`, and `errors` (every
 //! error and the one way to raise it).
 
@@ -15,6 +16,7 @@ use pgrx::prelude::*;
 
 mod backend;
 mod catalog;
+mod citus;
 mod clock;
 pub mod core;
 mod epoch;
@@ -52,6 +54,7 @@ pub extern "C-unwind" fn _PG_init() {
         shared::init(mark::restart_floors);
         planner::init();
         fleet::register_loader();
+        citus::init();
     }
 }
 

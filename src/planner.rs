@@ -99,6 +99,8 @@ mod raw {
         pub fn query_tree_walker(query: *mut pg_sys::Query, walker: Walker, context: *mut c_void, flags: c_int) -> bool;
         pub fn copyObjectImpl(from: *const c_void) -> *mut c_void;
         pub fn lappend(list: *mut pg_sys::List, datum: *mut c_void) -> *mut pg_sys::List;
+        pub fn equal(a: *const c_void, b: *const c_void) -> bool;
+        pub fn eval_const_expressions(root: *mut c_void, node: *mut Node) -> *mut Node;
         pub fn makeFuncExpr(
             funcid: Oid,
             rettype: Oid,
@@ -410,8 +412,18 @@ unsafe fn with_ranges(quals: *mut Node, level: &Level) -> *mut Node {
             return quals;
         }
         let mut args = if and.is_null() { raw::lappend(null_mut(), quals.cast()) } else { (*and).args };
+        let before = length(args);
         for i in 0..length(added) {
-            args = raw::lappend(args, nth(added, i).cast());
+            // Each range once: a query that already carries it (such as the
+            // shard query Citus sends a worker after rewriting it on the
+            // coordinator) gets no second copy.
+            let range = nth(added, i);
+            if !(0..length(args)).any(|j| holds(nth(args, j), range)) {
+                args = raw::lappend(args, range.cast());
+            }
+        }
+        if length(args) == before {
+            return quals;
         }
         if and.is_null() {
             raw::makeBoolExpr(pg_sys::BoolExprType::AND_EXPR, args, -1).cast()
@@ -419,6 +431,18 @@ unsafe fn with_ranges(quals: *mut Node, level: &Level) -> *mut Node {
             (*and).args = args;
             quals
         }
+    }
+}
+
+/// Whether `clause`, or one of the clauses it ANDs, equals `range`.
+unsafe fn holds(clause: *mut Node, range: *mut Node) -> bool {
+    // SAFETY: reads nodes of valid expression trees.
+    unsafe {
+        if (*clause).type_ == NodeTag::T_BoolExpr && (*(clause as *mut pg_sys::BoolExpr)).boolop == pg_sys::BoolExprType::AND_EXPR {
+            let args = (*(clause as *mut pg_sys::BoolExpr)).args;
+            return (0..length(args)).any(|j| holds(nth(args, j), range));
+        }
+        raw::equal(clause.cast(), range.cast())
     }
 }
 
@@ -459,6 +483,11 @@ unsafe fn implied_ranges(clause: *mut Node, level: &Level, mut out: *mut pg_sys:
             let bound = |op: Oid, func: Oid| -> *mut pg_sys::Expr {
                 let arg = raw::lappend(null_mut(), copy(t).cast());
                 let f = raw::makeFuncExpr(func, family.key_type, arg, pg_sys::InvalidOid, pg_sys::InvalidOid, pg_sys::CoercionForm::COERCE_EXPLICIT_CALL);
+                // Folded now, as the planner would later, so that a range a
+                // query already carries as a constant (Citus sends workers the
+                // coordinator's) is recognized below. Cannot raise: the
+                // clamped bounds take any time, and `t` is error-free.
+                let f = raw::eval_const_expressions(null_mut(), f.cast());
                 raw::make_opclause(op, pg_sys::BOOLOID, false, copy(key), f.cast(), pg_sys::InvalidOid, pg_sys::InvalidOid)
             };
             if lower {
@@ -800,6 +829,28 @@ mod tests {
         assert!(plan.contains("ev_pkey"), "{plan}");
         let plan = explain(&format!("SELECT * FROM ev WHERE evil.id_ts(id) >= '{T}'"));
         assert!(!plan.contains("bound_clamped"), "another schema's id_ts is not ours:\n{plan}");
+    }
+
+    #[pg_test]
+    fn a_range_the_query_already_carries_is_not_added_again() {
+        setup();
+        Spi::run("SET enable_seqscan = off").unwrap();
+        let lo: i64 = one(&format!("SELECT id_lower_bound_clamped('{T}')"));
+        let hi: i64 = one(&format!("SELECT id_upper_bound_clamped('{T}')"));
+        // The shard query Citus sends a worker for a filter the coordinator
+        // rewrote: the ranges already there, as constants, in nested ANDs.
+        let plan = explain(&format!(
+            "SELECT * FROM ev WHERE (id_ts(id) >= '{T}' AND id_ts(id) <= '{T}')
+               AND (((id >= '{lo}'::bigint) OR (id < '0'::bigint)) AND (id <= '{hi}'::bigint))"
+        ));
+        let conds: String = plan
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("Index Cond:") || l.starts_with("Filter:"))
+            .collect();
+        assert_eq!(conds.matches(&format!("'{lo}'::bigint")).count(), 1, "{plan}");
+        assert_eq!(conds.matches(&format!("'{hi}'::bigint")).count(), 1, "{plan}");
+        assert_eq!(one::<i64>(&format!("SELECT count(*) FROM ev WHERE id_ts(id) = '{T}'")), 5);
     }
 
     #[pg_test]

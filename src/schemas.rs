@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 use crate::backend::BackendLocal;
 use crate::core::layout::Shard;
 use crate::errors::{IdError, OrRaise};
+use crate::citus::{self, Call};
 use crate::{catalog, ids};
 
 extension_sql_file!("../sql/registry.sql", name = "registry", requires = [catalog::pg_idgen_table_changed]);
@@ -89,6 +90,9 @@ fn shard_of(name: &str) -> Shard {
 /// The next ID for the logical shard registered for a schema.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_schema_id(schema_name: &str) -> i64 {
+    if let Some(id) = citus::mint_elsewhere(Call::Schema(schema_name), "next_schema_id") {
+        return id;
+    }
     crate::shared::state().or_raise();
     crate::mark::check_writable("next_schema_id");
     ids::mint(shard_of(schema_name), "next_schema_id")
@@ -138,6 +142,7 @@ fn check_shard_free(table: &str, shard: Shard) {
 }
 
 fn register(schema_name: &str, shard: Shard, function: &'static str) {
+    citus::refuse_on_worker(function);
     crate::mark::check_writable(function);
     crate::fleet::check(shard).or_raise();
     let table = registry_table();

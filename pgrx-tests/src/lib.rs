@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub use postgres;
+
+pub mod citus;
 use postgres::{Client, NoTls};
 
 /// The port number names the socket file; with no TCP listener it only has
@@ -143,13 +145,20 @@ impl Server {
     /// A new cluster like [`Server::start`] whose clock libfaketime shifts by
     /// the offset in a file, which [`Server::set_clock`] rewrites while it runs.
     pub fn start_with_clock(name: &str, conf: &[&str]) -> Server {
-        let mut server = Server::new_dir(name);
-        server.use_clock_file();
         let mut lines = vec!["shared_preload_libraries = 'pg_idgen'"];
         lines.extend_from_slice(conf);
-        server.initdb(&lines);
-        server.start_process();
+        let server = Server::init_with_clock(name, &lines);
         server.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+        server
+    }
+
+    /// A new cluster like [`Server::init`] on a clock file, as
+    /// [`Server::start_with_clock`] has, without creating the extension.
+    pub fn init_with_clock(name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.use_clock_file();
+        server.initdb(conf);
+        server.start_process();
         server
     }
 

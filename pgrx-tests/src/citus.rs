@@ -1,0 +1,91 @@
+//! A Citus cluster for end-to-end tests: a coordinator and workers, each a
+//! [`Server`] of its own (Unix socket in its own directory, its own clock
+//! file), with `shared_preload_libraries = 'citus,pg_idgen'`. Nodes name
+//! each other by socket directory. Citus comes from `scripts/citus`; a test
+//! that finds it missing fails saying so (scripts/test filters the Citus
+//! tests out, and counts them as skipped, before that can happen).
+
+use crate::{pg_config, Server, PORT};
+
+/// Why Citus cannot be used with the installation under test, if it cannot.
+pub fn missing() -> Option<String> {
+    let lib = pg_config("--pkglibdir").join("citus.so");
+    (!lib.exists()).then(|| format!("Citus is not installed in this installation ({} is missing): run scripts/citus", lib.display()))
+}
+
+pub struct Cluster {
+    pub coordinator: Server,
+    pub workers: Vec<Server>,
+    name: String,
+    conf: Vec<String>,
+}
+
+impl Cluster {
+    /// A coordinator and `workers` workers in one Citus cluster, with
+    /// pg_idgen created on the coordinator (Citus creates it on the workers)
+    /// in database `postgres`, plus any further `postgresql.conf` lines.
+    pub fn start(name: &str, workers: usize, conf: &[&str]) -> Cluster {
+        let cluster = Cluster::start_without_extension(name, workers, conf);
+        cluster.coordinator.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+        cluster
+    }
+
+    /// The same cluster, without pg_idgen created (only preloaded).
+    pub fn start_without_extension(name: &str, workers: usize, conf: &[&str]) -> Cluster {
+        if let Some(why) = missing() {
+            panic!("{why}");
+        }
+        let conf: Vec<String> = conf.iter().map(|s| s.to_string()).collect();
+        let coordinator = node(&format!("{name}-coordinator"), &conf);
+        let mut cluster = Cluster { coordinator, workers: vec![], name: name.into(), conf };
+        let mut c = cluster.coordinator.client();
+        c.execute("SELECT citus_set_coordinator_host($1, $2)", &[&node_name(&cluster.coordinator), &(PORT as i32)])
+            .unwrap();
+        for _ in 0..workers {
+            cluster.add_worker();
+        }
+        cluster
+    }
+
+    /// Starts one more worker and adds it to the cluster.
+    pub fn add_worker(&mut self) -> &Server {
+        let worker = node(&format!("{}-worker{}", self.name, self.workers.len() + 1), &self.conf);
+        self.coordinator
+            .client()
+            .execute("SELECT citus_add_node($1, $2)", &[&node_name(&worker), &(PORT as i32)])
+            .unwrap();
+        self.workers.push(worker);
+        self.workers.last().unwrap()
+    }
+
+    /// The coordinator, then every worker.
+    pub fn nodes(&self) -> Vec<&Server> {
+        std::iter::once(&self.coordinator).chain(self.workers.iter()).collect()
+    }
+}
+
+/// The name Citus knows a node by: its socket directory.
+pub fn node_name(server: &Server) -> String {
+    server.dir.display().to_string()
+}
+
+/// A started node with the citus extension created (pg_idgen comes from the coordinator).
+fn node(name: &str, conf: &[String]) -> Server {
+    let mut lines = vec![
+        "shared_preload_libraries = 'citus,pg_idgen'".to_string(),
+        "max_connections = 100".into(),
+        // Shard moves copy with logical replication while writes go on.
+        "wal_level = logical".into(),
+        "max_replication_slots = 10".into(),
+        "max_wal_senders = 10".into(),
+    ];
+    lines.extend(conf.iter().cloned());
+    let lines: Vec<&str> = lines.iter().map(|s| s.as_str()).collect();
+    let server = Server::init_with_clock(name, &lines);
+    // How the node reaches itself (shard moves do): its socket directory, not localhost.
+    server.append_conf(&format!("citus.local_hostname = '{}'", node_name(&server)));
+    let mut c = server.client();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    c.batch_execute("CREATE EXTENSION citus").unwrap();
+    server
+}

@@ -1,0 +1,399 @@
+//! pg_idgen on a Citus cluster (a coordinator and two workers): no ID is
+//! minted twice whichever node a statement enters through, schema shards
+//! work through every node and through schema moves, crashes with a clock
+//! behind repeat nothing, time filters push down once per shard query, and
+//! the extension's updates reach every node. Needs Citus (scripts/citus);
+//! scripts/test filters these tests out, and counts them as skipped, where
+//! it is missing.
+
+mod citus {
+    use std::collections::HashSet;
+    use std::io::Write;
+
+    use pg_idgen_e2e::citus::{node_name, Cluster};
+    use pg_idgen_e2e::postgres::Client;
+    use pg_idgen_e2e::{decode, pg_config, sqlstate, Server, PORT};
+
+    /// A lead bound that lets the coordinator mint above its own earlier IDs
+    /// when its clock comes back behind them.
+    const LONG_LEAD: &str = "pg_idgen.max_clock_lead_ms = '1h'";
+
+    /// Runs `f` once per node at the same time, each with its own session,
+    /// and returns what each returned, in node order.
+    fn on_every_node<T: Send>(nodes: &[&Server], f: impl Fn(usize, &mut Client) -> T + Sync) -> Vec<T> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let mut c = node.client();
+                    let f = &f;
+                    s.spawn(move || f(i, &mut c))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    /// A failed statement's SQLSTATE and message.
+    fn failure(e: &pg_idgen_e2e::postgres::Error) -> String {
+        match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        }
+    }
+
+    /// (rows, distinct ids) of a table.
+    fn counts(c: &mut Client, table: &str) -> (i64, i64) {
+        let r = c.query_one(&format!("SELECT count(*), count(DISTINCT id) FROM {table}"), &[]).unwrap();
+        (r.get(0), r.get(1))
+    }
+
+    /// Finding 1: three nodes inserting at once into a table whose key is
+    /// `DEFAULT next_shard_id(7)` (0.2.0: 4 duplicates in 120,000 rows).
+    #[test]
+    fn inserts_through_every_node_never_repeat_an_id() {
+        let cluster = Cluster::start("citus_dup", 2, &[]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE TABLE events (tenant_id int, id bigint DEFAULT next_shard_id(7), body text, PRIMARY KEY (tenant_id, id));
+             SELECT create_distributed_table('events', 'tenant_id');",
+        )
+        .unwrap();
+        let nodes = cluster.nodes();
+        let mut failed = vec![];
+        for _round in 0..3 {
+            for r in on_every_node(&nodes, |_, c| {
+                c.execute("INSERT INTO events (tenant_id, body) SELECT g % 50, 'x' FROM generate_series(1, 20000) g", &[])
+            }) {
+                if let Err(e) = r {
+                    failed.push(failure(&e));
+                }
+            }
+        }
+        assert!(failed.is_empty(), "failed statements: {failed:?}");
+        assert_eq!(counts(&mut c, "events"), (180_000, 180_000));
+        let shards: i64 = c.query_one("SELECT count(*) FROM events WHERE id_shard(id) <> 7", &[]).unwrap().get(0);
+        assert_eq!(shards, 0);
+        // Only the coordinator minted: the workers' generators of shard 7 are untouched.
+        for w in &cluster.workers {
+            let n: i64 = w.client().query_one("SELECT count(*) FROM id_generator_status() WHERE shard = 7", &[]).unwrap().get(0);
+            assert_eq!(n, 0, "a worker minted shard 7 itself");
+        }
+    }
+
+
+    /// Finding 3: one `INSERT ... SELECT` between co-located tables, which
+    /// Citus runs on every worker with `next_shard_id(8)` in each shard's
+    /// query (0.2.0: 350 and 1,612 duplicates in 30,000 rows), alongside a
+    /// `COPY` through a worker and inserts through the coordinator.
+    #[test]
+    fn insert_select_and_copy_on_the_workers_never_repeat_an_id() {
+        let cluster = Cluster::start("citus_insel", 2, &[]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE TABLE src (tenant_id int, n int);
+             CREATE TABLE dst (tenant_id int, id bigint DEFAULT next_shard_id(8), n int);
+             SELECT create_distributed_table('src', 'tenant_id');
+             SELECT create_distributed_table('dst', 'tenant_id', colocate_with => 'src');
+             INSERT INTO src SELECT g % 100, g FROM generate_series(1, 30000) g;",
+        )
+        .unwrap();
+        // Alone first: the statement that duplicated by itself.
+        c.execute("INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src", &[]).unwrap();
+        assert_eq!(counts(&mut c, "dst"), (30_000, 30_000));
+        // Repartitioned: each worker runs its shards' SELECT with the DEFAULT in it.
+        let plan: String = c
+            .query("EXPLAIN (COSTS OFF) INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0) + "\n")
+            .collect();
+        assert!(plan.contains("INSERT/SELECT method: repartition"), "Citus plans it otherwise now, so this test tests less:\n{plan}");
+        for w in &cluster.workers {
+            let n: i64 = w.client().query_one("SELECT count(*) FROM id_generator_status() WHERE shard = 8", &[]).unwrap().get(0);
+            assert_eq!(n, 0, "a worker minted shard 8 itself");
+        }
+
+        // Then at once: the same statement again, a COPY through worker 1
+        // and inserts through worker 2.
+        let nodes = cluster.nodes();
+        let results = on_every_node(&nodes, |i, c| match i {
+            0 => c.execute("INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src", &[]).map(|_| ()),
+            1 => {
+                let mut w = c.copy_in("COPY dst (tenant_id, n) FROM STDIN").unwrap();
+                for g in 0..20_000 {
+                    writeln!(w, "{}\t{g}", g % 100).unwrap();
+                }
+                w.finish().map(|_| ())
+            }
+            _ => c
+                .execute("INSERT INTO dst (tenant_id, n) SELECT g % 100, g FROM generate_series(1, 20000) g", &[])
+                .map(|_| ()),
+        });
+        let failed: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().map(failure)).collect();
+        assert!(failed.is_empty(), "failed statements: {failed:?}");
+        assert_eq!(counts(&mut c, "dst"), (100_000, 100_000));
+    }
+
+    /// Finding 2 and schema moves: a distributed schema registered once on
+    /// the coordinator mints through every node, as an ordinary role, and
+    /// keeps every ID of its shard distinct and in order while its tables
+    /// move to another worker.
+    #[test]
+    fn a_distributed_schema_is_a_shard_through_every_node_and_through_a_move() {
+        let cluster = Cluster::start("citus_schema", 2, &[]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE ROLE app LOGIN;
+             SET citus.enable_schema_based_sharding = on;
+             SELECT shard_schema_create('tenant1', 101);
+             GRANT USAGE ON SCHEMA tenant1 TO app;
+             CREATE TABLE tenant1.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('tenant1'), by_node int, body text);
+             GRANT INSERT, SELECT ON tenant1.photos TO app;",
+        )
+        .unwrap();
+        let distributed: i64 =
+            c.query_one("SELECT count(*) FROM citus_schemas WHERE schema_name = 'tenant1'::regnamespace", &[]).unwrap().get(0);
+        assert_eq!(distributed, 1, "tenant1 is not a distributed schema");
+        let nodes = cluster.nodes();
+        // Through every node, as the ordinary role; each worker knows nothing of the registration.
+        for (i, node) in nodes.iter().enumerate() {
+            let mut a = node.client_as("postgres", "app");
+            let id: i64 =
+                a.query_one("INSERT INTO tenant1.photos (by_node, body) VALUES ($1, 'x') RETURNING id", &[&(i as i32)]).unwrap().get(0);
+            assert_eq!(decode(id).1, 101);
+        }
+        for w in &cluster.workers {
+            let n: i64 = w.client().query_one("SELECT count(*) FROM shard_schemas", &[]).unwrap().get(0);
+            assert_eq!(n, 0, "the registry was expected on the coordinator only");
+        }
+
+        // Move the schema to the worker that does not hold it while every node inserts.
+        let holder: String = c
+            .query_one(
+                "SELECT nodename FROM citus_shards WHERE table_name = 'tenant1.photos'::regclass",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        let target = cluster.workers.iter().map(node_name).find(|n| *n != holder).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (moved, per_node) = std::thread::scope(|s| {
+            let inserters: Vec<_> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let mut a = node.client_as("postgres", "app");
+                    let stop = &stop;
+                    s.spawn(move || {
+                        let mut ids = vec![];
+                        let mut failed = vec![];
+                        // Bounded: at most 3,000 rows per node.
+                        for _ in 0..3000 {
+                            if stop.load(std::sync::atomic::Ordering::Relaxed) && ids.len() >= 200 {
+                                break;
+                            }
+                            match a.query_one("INSERT INTO tenant1.photos (by_node, body) VALUES ($1, 'y') RETURNING id", &[&(i as i32)]) {
+                                Ok(r) => ids.push(r.get::<_, i64>(0)),
+                                Err(e) => failed.push(failure(&e)),
+                            }
+                        }
+                        (ids, failed)
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let mut m = cluster.coordinator.client();
+            let moved = m.execute(
+                "SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')",
+                &[&target, &(PORT as i32)],
+            );
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            (moved, inserters.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>())
+        });
+        moved.unwrap();
+        let now: String = c
+            .query_one("SELECT nodename FROM citus_shards WHERE table_name = 'tenant1.photos'::regclass", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(now, target, "the schema did not move");
+        let mut all = HashSet::new();
+        let mut total = 0;
+        for (i, (ids, failed)) in per_node.iter().enumerate() {
+            assert!(failed.is_empty(), "node {i}: failed inserts: {failed:?}");
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "node {i}: an ID below an earlier one of shard 101");
+            assert!(ids.iter().all(|id| decode(*id).1 == 101));
+            total += ids.len();
+            all.extend(ids.iter().copied());
+        }
+        assert_eq!(all.len(), total, "duplicate IDs");
+        assert_eq!(counts(&mut c, "tenant1.photos"), ((total + 3) as i64, (total + 3) as i64));
+        // Rows that arrived through one node come back in the order they were inserted.
+        let out_of_order: i64 = c
+            .query_one(
+                "SELECT count(*) FROM (SELECT id, lag(id) OVER (PARTITION BY by_node ORDER BY id) AS prev FROM tenant1.photos) s WHERE id <= prev",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(out_of_order, 0);
+    }
+
+    /// A worker refuses what only the coordinator's registry can hold.
+    #[test]
+    fn registering_on_a_worker_refuses_and_says_where() {
+        let cluster = Cluster::start("citus_refuse", 1, &[]);
+        let mut w = cluster.workers[0].client();
+        let e = w.execute("SELECT shard_schema_register('public', 5)", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "55000");
+        assert_eq!(db.message(), "shard_schema_register must run on the Citus coordinator");
+        assert_eq!(db.hint(), Some("Run it on the coordinator."));
+        // An error the coordinator raises comes back as it was raised there.
+        let e = w.query_one("SELECT next_schema_id('nowhere')", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap();
+        assert_eq!((db.code().code(), db.message()), ("3F000", "schema \"nowhere\" does not exist"));
+        let e = w.query_one("SELECT next_schema_id('public')", &[]).unwrap_err();
+        assert_eq!(e.as_db_error().unwrap().code().code(), "42704");
+        assert_eq!(sqlstate(w.query_one("SELECT next_shard_id(8192)", &[])), "22003");
+        // A role's search_path and shadowing functions change nothing: the
+        // coordinator's session of the role is asked for the extension's own function.
+        cluster
+            .coordinator
+            .client()
+            .batch_execute(
+                "CREATE ROLE app LOGIN;
+                 CREATE SCHEMA shadow AUTHORIZATION app;
+                 CREATE FUNCTION shadow.next_shard_id(int) RETURNS bigint LANGUAGE sql AS 'SELECT -1::bigint';
+                 CREATE FUNCTION shadow.next_shard_id(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT -2::bigint';
+                 ALTER ROLE app SET search_path = shadow, public;",
+            )
+            .unwrap();
+        let mut w = cluster.workers[0].client_as("postgres", "app");
+        let id: i64 = w.query_one("SELECT public.next_shard_id(9)", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 9);
+    }
+
+    /// Stopped at once and restarted, the coordinator with its clock two
+    /// minutes behind: no ID minted before is minted again, through any node;
+    /// while the coordinator is down a worker refuses (08001) rather than mint.
+    #[test]
+    fn crashes_with_the_clock_behind_repeat_nothing() {
+        let mut cluster = Cluster::start("citus_crash", 2, &[LONG_LEAD]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE TABLE events (tenant_id int, id bigint DEFAULT next_shard_id(7), PRIMARY KEY (tenant_id, id));
+             SELECT create_distributed_table('events', 'tenant_id');",
+        )
+        .unwrap();
+        let insert = "INSERT INTO events (tenant_id) SELECT g % 50 FROM generate_series(1, 5000) g";
+        for r in on_every_node(&cluster.nodes(), |_, c| c.execute(insert, &[])) {
+            r.unwrap();
+        }
+        let before: i64 = c.query_one("SELECT max(id) FROM events", &[]).unwrap().get(0);
+        drop(c);
+        cluster.workers[0].stop("immediate");
+        cluster.coordinator.stop("immediate");
+        let e = cluster.workers[1].client().query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.message().starts_with("next_shard_id cannot reach the Citus coordinator at "), "{}", db.message());
+        cluster.coordinator.set_clock("-120s");
+        cluster.coordinator.start_process();
+        cluster.workers[0].start_process();
+        let mut failed = vec![];
+        for r in on_every_node(&cluster.nodes(), |_, c| c.execute(insert, &[])) {
+            if let Err(e) = r {
+                failed.push(failure(&e));
+            }
+        }
+        assert!(failed.is_empty(), "failed statements: {failed:?}");
+        let mut c = cluster.coordinator.client();
+        assert_eq!(counts(&mut c, "events"), (30_000, 30_000));
+        let above: i64 = c.query_one("SELECT count(*) FROM events WHERE id > $1", &[&before]).unwrap().get(0);
+        assert_eq!(above, 15_000, "IDs minted after the restart are not all above the ones before it");
+        // They run ahead of the coordinator's clock, which really is behind.
+        let ahead: bool = c.query_one("SELECT max(id_ts(id)) > now() + interval '100 s' FROM events", &[]).unwrap().get(0);
+        assert!(ahead);
+    }
+
+    /// (lower, upper) key bounds in a plan's index conditions and filters
+    /// (recheck conditions repeat index conditions, and are not counted).
+    fn bounds(plan: &str) -> (usize, usize) {
+        let lines = plan.lines().map(str::trim).filter(|l| l.starts_with("Index Cond:") || l.starts_with("Filter:"));
+        lines.fold((0, 0), |(lo, hi), l| (lo + l.matches("(id >= ").count(), hi + l.matches("(id <= ").count()))
+    }
+
+    /// Finding 4: a time filter on a distributed table becomes one key range
+    /// in each shard's query (not one from the coordinator and another from
+    /// the worker), and gives the rows the unrewritten filter gives.
+    #[test]
+    fn a_time_filter_pushes_down_once_per_shard_query() {
+        let cluster = Cluster::start("citus_explain", 2, &[]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE TABLE events (tenant_id int, id bigint, PRIMARY KEY (tenant_id, id));
+             SELECT create_distributed_table('events', 'tenant_id', shard_count => 4);
+             INSERT INTO events SELECT g % 20, id_from_parts('2026-03-01'::timestamptz + g * interval '1 minute', 7, 0)
+               FROM generate_series(1, 20000) g;",
+        )
+        .unwrap();
+        let filter = "id_ts(id) >= '2026-03-05 00:00+00' AND id_ts(id) < '2026-03-06 00:00+00'";
+        let plan = |c: &mut Client, sql: &str| -> String {
+            c.query(&format!("EXPLAIN (COSTS OFF) {sql}"), &[]).unwrap().iter().map(|r| r.get::<_, String>(0) + "\n").collect()
+        };
+        // One tenant: a router query to one shard, whose plan has each bound
+        // once, the upper one as an index condition.
+        let router = plan(&mut c, &format!("SELECT id FROM events WHERE tenant_id = 3 AND {filter}"));
+        assert_eq!(bounds(&router), (1, 1), "{router}");
+        assert!(router.contains("Index Cond: ((tenant_id = 3) AND (id <= "), "{router}");
+        // Every shard: each task's plan has each bound once.
+        c.batch_execute("SET citus.explain_all_tasks = on").unwrap();
+        let all = plan(&mut c, &format!("SELECT id FROM events WHERE {filter}"));
+        let tasks = all.matches("->  Task").count();
+        assert_eq!(tasks, 4, "{all}");
+        assert_eq!(bounds(&all), (tasks, tasks), "{all}");
+        // The rows equal those of the filter left alone on every node.
+        let rows = |c: &mut Client| -> Vec<i64> {
+            c.query(&format!("SELECT id FROM events WHERE {filter} ORDER BY id"), &[]).unwrap().iter().map(|r| r.get(0)).collect()
+        };
+        let rewritten = rows(&mut c);
+        assert_eq!(rewritten.len(), 24 * 60);
+        c.batch_execute("SET citus.propagate_set_commands = 'local'; BEGIN; SET LOCAL pg_idgen.rewrite_time_filters = off").unwrap();
+        let plain_plan = plan(&mut c, &format!("SELECT id FROM events WHERE {filter}"));
+        assert_eq!(bounds(&plain_plan), (0, 0), "the setting did not reach the workers:\n{plain_plan}");
+        assert_eq!(rows(&mut c), rewritten);
+        c.batch_execute("COMMIT").unwrap();
+    }
+
+    /// `ALTER EXTENSION pg_idgen UPDATE` on the coordinator reaches every
+    /// worker, and a worker added later gets the extension and mints
+    /// through the coordinator.
+    #[test]
+    fn the_extension_and_its_updates_reach_every_node() {
+        // The 0.2.0 script, as released, next to this build's files.
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql/pg_idgen--0.2.0.sql");
+        let installed = pg_config("--sharedir").join("extension/pg_idgen--0.2.0.sql");
+        std::fs::copy(&script, &installed).unwrap();
+        let mut cluster = Cluster::start_without_extension("citus_update", 1, &[]);
+        let mut c = cluster.coordinator.client();
+        let created = c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'");
+        std::fs::remove_file(&installed).unwrap();
+        created.unwrap();
+        let version = |s: &Server| -> Option<String> {
+            s.client().query_opt("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().map(|r| r.get(0))
+        };
+        assert_eq!(version(&cluster.workers[0]).as_deref(), Some("0.2.0"));
+        c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
+        let current: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
+        assert_ne!(current, "0.2.0");
+        assert_eq!(version(&cluster.workers[0]), Some(current.clone()));
+        let added = cluster.add_worker();
+        assert_eq!(version(added), Some(current));
+        let id: i64 = added.client().query_one("SELECT next_shard_id(11)", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 11);
+        let n: i64 = added.client().query_one("SELECT count(*) FROM id_generator_status() WHERE shard = 11", &[]).unwrap().get(0);
+        assert_eq!(n, 0, "the new worker minted shard 11 itself");
+    }
+}

@@ -1,0 +1,408 @@
+//! Citus: one minter for every logical shard of a cluster.
+//!
+//! Citus evaluates a `DEFAULT next_shard_id(...)` on whichever node a
+//! statement enters through, and for `INSERT ... SELECT` or `COPY` on every
+//! worker holding a shard. If each node minted with its own generators, two
+//! nodes would mint the same shard in the same millisecond with the same
+//! sequence numbers. So on a Citus cluster the coordinator (node group 0)
+//! mints every ID of every logical shard: a worker sends each
+//! `next_shard_id(shard)` and `next_schema_id(schema)` to it, over one
+//! connection per backend, as the calling role, and returns what it answers.
+//! The coordinator's generators, mark files and fleet ownership then keep
+//! the guarantees they keep on a single server (no duplicate, every ID of a
+//! shard above the ones before it), whichever node the call came through and
+//! wherever the shard's rows live, so shard moves, rebalancing and added or
+//! removed workers change nothing. The schema registry only matters on the
+//! coordinator. The cost: one round trip to the coordinator per ID minted on
+//! a worker. UUIDv7 is minted locally on every node (74 random bits).
+//!
+//! Without Citus in `shared_preload_libraries` nothing here runs; with it, a
+//! database without the citus extension, or whose local group is 0, mints
+//! locally.
+//!
+//! libpq is the one Citus itself loaded (`citus.so` links it), found with
+//! `dlopen`; pg_idgen does not link it.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pgrx::prelude::*;
+
+use crate::backend::BackendLocal;
+use crate::catalog;
+use crate::core::layout::Shard;
+use crate::errors::IdError;
+
+/// Whether Citus was preloaded before us (set once, in the postmaster).
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
+/// At preload: notes whether `citus` comes first in `shared_preload_libraries`.
+pub fn init() {
+    // SAFETY: reads a GUC's current value; the string is copied at once.
+    let list = unsafe {
+        let v = pg_sys::GetConfigOption(c"shared_preload_libraries".as_ptr(), true, false);
+        if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
+    };
+    let citus = list.split(',').any(|l| l.trim().trim_matches('"') == "citus");
+    PRELOADED.store(citus, Ordering::Relaxed);
+}
+
+/// What a worker asks the coordinator for.
+pub enum Call<'a> {
+    Shard(Shard),
+    Schema(&'a str),
+}
+
+/// The ID the coordinator minted for `call`, when this node is a Citus
+/// worker; None when this node mints.
+#[inline]
+pub fn mint_elsewhere(call: Call<'_>, function: &'static str) -> Option<i64> {
+    if !PRELOADED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let coordinator = coordinator()?;
+    crate::mark::check_writable(function);
+    Some(forward(&coordinator, &call, function))
+}
+
+/// Refuses, on a Citus worker, what only the coordinator's state can hold.
+pub fn refuse_on_worker(function: &'static str) {
+    if PRELOADED.load(Ordering::Relaxed) && coordinator().is_some() {
+        IdError::CitusWorker(function).raise()
+    }
+}
+
+#[derive(Clone, PartialEq)]
+struct Coordinator {
+    host: String,
+    port: i32,
+}
+
+/// The coordinator, if this database is a Citus worker's: read from Citus's
+/// metadata, again after any invalidation (a node added, moved or removed).
+fn coordinator() -> Option<Coordinator> {
+    static CACHE: BackendLocal<Option<(u64, Option<Coordinator>)>> = BackendLocal::new(None);
+    let generation = catalog::generation();
+    if let Some((seen, c)) = &*CACHE.borrow_mut() {
+        if *seen == generation {
+            return c.clone();
+        }
+    }
+    let c = look_up_coordinator();
+    *CACHE.borrow_mut() = Some((generation, c.clone()));
+    c
+}
+
+fn look_up_coordinator() -> Option<Coordinator> {
+    if !catalog::extension_installed(c"citus") {
+        return None;
+    }
+    let rows = catalog::query_rows(
+        "SELECT n.nodename::text, n.nodeport
+           FROM pg_catalog.pg_dist_local_group l
+           LEFT JOIN pg_catalog.pg_dist_node n ON n.groupid = 0 AND n.noderole = 'primary'
+          WHERE l.groupid <> 0",
+        &[],
+        |row| Ok((row.get::<String>(1)?, row.get::<i32>(2)?)),
+    );
+    match rows.into_iter().next() {
+        None => None,
+        Some((Some(host), Some(port))) => Some(Coordinator { host, port }),
+        Some(_) => IdError::CitusNoCoordinator.raise(),
+    }
+}
+
+/// Sends the call to the coordinator; reconnects once if the connection
+/// broke (a call that reached the coordinator but whose answer was lost
+/// only skips an ID).
+fn forward(coordinator: &Coordinator, call: &Call<'_>, function: &'static str) -> i64 {
+    let (name, param_type, value) = match call {
+        Call::Shard(shard) => ("next_shard_id", pg_sys::INT4OID, shard.index().to_string()),
+        Call::Schema(schema) => ("next_schema_id", pg_sys::TEXTOID, schema.to_string()),
+    };
+    let sql = CString::new(format!("SELECT {}($1)", catalog::qualified(name))).unwrap_or_default();
+    // SQL text never holds a NUL byte.
+    let value = CString::new(value).unwrap_or_default();
+    let info = conninfo(coordinator);
+    let mut retried = false;
+    loop {
+        match connection(&info, coordinator, function).call(&sql, param_type, &value) {
+            Ok(id) => return id,
+            Err(Failure::Remote(e)) => e.raise(),
+            Err(Failure::Broken(why)) => {
+                drop_connection();
+                if retried {
+                    IdError::CitusUnreachable { node: coordinator.describe(), function, why }.raise()
+                }
+                retried = true;
+            }
+        }
+    }
+}
+
+impl Coordinator {
+    fn describe(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// How to reach the coordinator: as the current role, in this database,
+/// with Citus's own `citus.node_conninfo` (TLS and the like) appended.
+fn conninfo(c: &Coordinator) -> String {
+    let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+    // SAFETY: names of the current role and database, copied at once.
+    let (user, db) = unsafe {
+        let user = CStr::from_ptr(pg_sys::GetUserNameFromId(pg_sys::GetUserId(), false)).to_string_lossy().into_owned();
+        let db = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        (user, CStr::from_ptr(db).to_string_lossy().into_owned())
+    };
+    // SAFETY: reads a GUC's current value (NULL without Citus), copied at once.
+    let extra = unsafe {
+        let v = pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false);
+        if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
+    };
+    format!(
+        "host={} port={} dbname={} user={} application_name='pg_idgen forwarding' connect_timeout=10 {extra}",
+        quote(&c.host),
+        c.port,
+        quote(&db),
+        quote(&user)
+    )
+}
+
+enum Failure {
+    /// The connection could not be made or broke.
+    Broken(String),
+    /// The coordinator answered with an error: raised here as it was there.
+    Remote(IdError),
+}
+
+/// The backend's connection to the coordinator, and what it was opened with.
+struct Connection {
+    info: String,
+    conn: *mut c_void,
+    /// A call was sent and its answer not read (an error or cancel
+    /// interrupted the wait): the connection cannot be reused.
+    in_flight: bool,
+}
+
+static CONNECTION: BackendLocal<Option<Connection>> = BackendLocal::new(None);
+
+fn drop_connection() {
+    if let Some(c) = CONNECTION.borrow_mut().take() {
+        // SAFETY: a connection libpq made and nobody else holds.
+        unsafe { (libpq().finish)(c.conn) };
+    }
+}
+
+/// The open connection for `info`, made (or remade) if needed.
+fn connection(info: &str, coordinator: &Coordinator, function: &'static str) -> Handle {
+    {
+        let c = CONNECTION.borrow_mut();
+        if let Some(c) = c.as_ref() {
+            // SAFETY: reads the status of a live connection.
+            if c.info == info && !c.in_flight && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
+                return Handle(c.conn);
+            }
+        }
+    }
+    drop_connection();
+    register_exit_once();
+    let l = libpq();
+    let cinfo = CString::new(info).unwrap();
+    // SAFETY: libpq's blocking connect (bounded by connect_timeout); the
+    // connection is finished on every path that does not keep it.
+    unsafe {
+        let conn = (l.connectdb)(cinfo.as_ptr());
+        if conn.is_null() {
+            IdError::CitusUnreachable { node: coordinator.describe(), function, why: "out of memory".into() }.raise()
+        }
+        if (l.status)(conn) != CONNECTION_OK {
+            let why = message((l.error_message)(conn));
+            (l.finish)(conn);
+            IdError::CitusUnreachable { node: coordinator.describe(), function, why }.raise()
+        }
+        *CONNECTION.borrow_mut() = Some(Connection { info: info.to_owned(), conn, in_flight: false });
+        Handle(conn)
+    }
+}
+
+fn register_exit_once() {
+    static REGISTERED: BackendLocal<bool> = BackendLocal::new(false);
+    if !REGISTERED.get() {
+        REGISTERED.set(true);
+        // SAFETY: registers a callback that only closes our connection.
+        unsafe { pg_sys::on_proc_exit(Some(close_at_exit), pg_sys::Datum::from(0)) };
+    }
+}
+
+unsafe extern "C-unwind" fn close_at_exit(_code: c_int, _arg: pg_sys::Datum) {
+    drop_connection();
+}
+
+fn message(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string libpq owns, copied at once.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().trim_end().to_string()
+}
+
+struct Handle(*mut c_void);
+
+impl Handle {
+    /// Runs the one-row query and parses its bigint, waiting on the socket
+    /// and the process latch, so that a cancel or shutdown interrupts it.
+    fn call(&self, sql: &CStr, param_type: pg_sys::Oid, value: &CStr) -> Result<i64, Failure> {
+        let l = libpq();
+        let conn = self.0;
+        let types = [param_type];
+        let values = [value.as_ptr()];
+        // SAFETY: libpq calls on a live connection with arrays of one
+        // parameter that outlive the call; the result is cleared on every path.
+        unsafe {
+            if (l.send_query_params)(conn, sql.as_ptr(), 1, types.as_ptr(), values.as_ptr(), std::ptr::null(), std::ptr::null(), 0) == 0 {
+                return Err(Failure::Broken(message((l.error_message)(conn))));
+            }
+            set_in_flight(true);
+            loop {
+                if (l.consume_input)(conn) == 0 {
+                    return Err(Failure::Broken(message((l.error_message)(conn))));
+                }
+                if (l.is_busy)(conn) == 0 {
+                    break;
+                }
+                let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_SOCKET_READABLE | pg_sys::WL_EXIT_ON_PM_DEATH) as c_int;
+                pg_sys::WaitLatchOrSocket(pg_sys::MyLatch, events, (l.socket)(conn), -1, pg_sys::PG_WAIT_EXTENSION);
+                pg_sys::ResetLatch(pg_sys::MyLatch);
+                pg_sys::check_for_interrupts!();
+            }
+            let mut outcome = Err(Failure::Broken("no answer".into()));
+            loop {
+                let res = (l.get_result)(conn);
+                if res.is_null() {
+                    break;
+                }
+                if matches!(outcome, Err(Failure::Broken(_))) {
+                    outcome = read(l, conn, res);
+                }
+                (l.clear)(res);
+            }
+            set_in_flight(false);
+            outcome
+        }
+    }
+}
+
+fn set_in_flight(v: bool) {
+    if let Some(c) = CONNECTION.borrow_mut().as_mut() {
+        c.in_flight = v;
+    }
+}
+
+/// The ID in a result, or the coordinator's error as it raised it.
+///
+/// # Safety
+/// `res` is a live result of `conn`.
+unsafe fn read(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Result<i64, Failure> {
+    // SAFETY: the caller's.
+    unsafe {
+        match (l.result_status)(res) {
+            PGRES_TUPLES_OK if (l.ntuples)(res) == 1 && (l.get_is_null)(res, 0, 0) == 0 => message((l.get_value)(res, 0, 0))
+                .parse()
+                .map_err(|_| Failure::Broken("an answer that is not a bigint".into())),
+            PGRES_TUPLES_OK => Err(Failure::Remote(IdError::Internal("the coordinator returned no ID".into()))),
+            _ if (l.status)(conn) != CONNECTION_OK => Err(Failure::Broken(message((l.error_message)(conn)))),
+            _ => {
+                let field = |f: u8| {
+                    let p = (l.result_error_field)(res, f as c_int);
+                    (!p.is_null()).then(|| message(p))
+                };
+                Err(Failure::Remote(IdError::Relayed {
+                    sqlstate: field(b'C').unwrap_or_else(|| "XX000".into()),
+                    message: field(b'M').unwrap_or_default(),
+                    detail: field(b'D'),
+                    hint: field(b'H'),
+                }))
+            }
+        }
+    }
+}
+
+const CONNECTION_OK: c_int = 0;
+const PGRES_TUPLES_OK: c_int = 2;
+
+/// The libpq functions we call, resolved once per process.
+struct Libpq {
+    connectdb: unsafe extern "C" fn(*const c_char) -> *mut c_void,
+    status: unsafe extern "C" fn(*const c_void) -> c_int,
+    error_message: unsafe extern "C" fn(*const c_void) -> *const c_char,
+    finish: unsafe extern "C" fn(*mut c_void),
+    socket: unsafe extern "C" fn(*const c_void) -> c_int,
+    #[allow(clippy::type_complexity)]
+    send_query_params: unsafe extern "C" fn(
+        *mut c_void,
+        *const c_char,
+        c_int,
+        *const pg_sys::Oid,
+        *const *const c_char,
+        *const c_int,
+        *const c_int,
+        c_int,
+    ) -> c_int,
+    consume_input: unsafe extern "C" fn(*mut c_void) -> c_int,
+    is_busy: unsafe extern "C" fn(*mut c_void) -> c_int,
+    get_result: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
+    result_status: unsafe extern "C" fn(*const c_void) -> c_int,
+    ntuples: unsafe extern "C" fn(*const c_void) -> c_int,
+    get_is_null: unsafe extern "C" fn(*const c_void, c_int, c_int) -> c_int,
+    get_value: unsafe extern "C" fn(*const c_void, c_int, c_int) -> *const c_char,
+    result_error_field: unsafe extern "C" fn(*const c_void, c_int) -> *const c_char,
+    clear: unsafe extern "C" fn(*mut c_void),
+}
+
+extern "C" {
+    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+fn libpq() -> &'static Libpq {
+    static LIBPQ: once_cell::sync::OnceCell<Libpq> = once_cell::sync::OnceCell::new();
+    LIBPQ.get_or_init(|| {
+        const RTLD_NOW: c_int = 2;
+        // SAFETY: dlopen of the libpq Citus already loaded (same soname), and
+        // each symbol transmuted to the type libpq-fe.h declares for it.
+        unsafe {
+            let handle = dlopen(c"libpq.so.5".as_ptr(), RTLD_NOW);
+            if handle.is_null() {
+                IdError::Internal("libpq.so.5 cannot be loaded".into()).raise()
+            }
+            macro_rules! sym {
+                ($name:literal) => {{
+                    let p = dlsym(handle, $name.as_ptr());
+                    if p.is_null() {
+                        IdError::Internal(format!("libpq has no {:?}", $name)).raise()
+                    }
+                    std::mem::transmute::<*mut c_void, _>(p)
+                }};
+            }
+            Libpq {
+                connectdb: sym!(c"PQconnectdb"),
+                status: sym!(c"PQstatus"),
+                error_message: sym!(c"PQerrorMessage"),
+                finish: sym!(c"PQfinish"),
+                socket: sym!(c"PQsocket"),
+                send_query_params: sym!(c"PQsendQueryParams"),
+                consume_input: sym!(c"PQconsumeInput"),
+                is_busy: sym!(c"PQisBusy"),
+                get_result: sym!(c"PQgetResult"),
+                result_status: sym!(c"PQresultStatus"),
+                ntuples: sym!(c"PQntuples"),
+                get_is_null: sym!(c"PQgetisnull"),
+                get_value: sym!(c"PQgetvalue"),
+                result_error_field: sym!(c"PQresultErrorField"),
+                clear: sym!(c"PQclear"),
+            }
+        }
+    })
+}
