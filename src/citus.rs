@@ -112,21 +112,30 @@ fn look_up_coordinator() -> Option<Coordinator> {
     }
 }
 
+/// The statements each connection prepares: name, SQL, parameter type.
+fn statements() -> [(&'static CStr, String, pg_sys::Oid); 2] {
+    let select = |f: &str| format!("SELECT {}($1)", catalog::qualified(f));
+    [
+        (c"pg_idgen_shard", select("next_shard_id"), pg_sys::INT4OID),
+        (c"pg_idgen_schema", select("next_schema_id"), pg_sys::TEXTOID),
+    ]
+}
+
 /// Sends the call to the coordinator; reconnects once if the connection
 /// broke (a call that reached the coordinator but whose answer was lost
 /// only skips an ID).
 fn forward(coordinator: &Coordinator, call: &Call<'_>, function: &'static str) -> i64 {
-    let (name, param_type, value) = match call {
-        Call::Shard(shard) => ("next_shard_id", pg_sys::INT4OID, shard.index().to_string()),
-        Call::Schema(schema) => ("next_schema_id", pg_sys::TEXTOID, schema.to_string()),
+    let statements = statements();
+    let (statement, value) = match call {
+        Call::Shard(shard) => (statements[0].0, shard.index().to_string()),
+        Call::Schema(schema) => (statements[1].0, schema.to_string()),
     };
-    let sql = CString::new(format!("SELECT {}($1)", catalog::qualified(name))).unwrap_or_default();
     // SQL text never holds a NUL byte.
     let value = CString::new(value).unwrap_or_default();
     let info = conninfo(coordinator);
     let mut retried = false;
     loop {
-        match connection(&info, coordinator, function).call(&sql, param_type, &value) {
+        match connection(&info, &statements, coordinator, function).call(statement, &value) {
             Ok(id) => return id,
             Err(Failure::Remote(e)) => e.raise(),
             Err(Failure::Broken(why)) => {
@@ -179,7 +188,8 @@ enum Failure {
 
 /// The backend's connection to the coordinator, and what it was opened with.
 struct Connection {
-    info: String,
+    /// The conninfo and the statements prepared on it.
+    key: String,
     conn: *mut c_void,
     /// A call was sent and its answer not read (an error or cancel
     /// interrupted the wait): the connection cannot be reused.
@@ -195,13 +205,20 @@ fn drop_connection() {
     }
 }
 
-/// The open connection for `info`, made (or remade) if needed.
-fn connection(info: &str, coordinator: &Coordinator, function: &'static str) -> Handle {
+/// The open connection for `info` with `statements` prepared, made (or
+/// remade) if needed.
+fn connection(
+    info: &str,
+    statements: &[(&'static CStr, String, pg_sys::Oid)],
+    coordinator: &Coordinator,
+    function: &'static str,
+) -> Handle {
+    let key = statements.iter().fold(info.to_owned(), |k, (_, sql, _)| k + "\n" + sql);
     {
         let c = CONNECTION.borrow_mut();
         if let Some(c) = c.as_ref() {
             // SAFETY: reads the status of a live connection.
-            if c.info == info && !c.in_flight && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
+            if c.key == key && !c.in_flight && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
                 return Handle(c.conn);
             }
         }
@@ -209,20 +226,43 @@ fn connection(info: &str, coordinator: &Coordinator, function: &'static str) -> 
     drop_connection();
     register_exit_once();
     let l = libpq();
-    let cinfo = CString::new(info).unwrap();
-    // SAFETY: libpq's blocking connect (bounded by connect_timeout); the
-    // connection is finished on every path that does not keep it.
+    let unreachable = |why: String| -> ! { IdError::CitusUnreachable { node: coordinator.describe(), function, why }.raise() };
+    let cinfo = CString::new(info).unwrap_or_default();
+    // SAFETY: libpq's blocking connect (bounded by connect_timeout) and
+    // prepares; the connection is finished on every path that does not keep
+    // it, and each result is cleared.
     unsafe {
         let conn = (l.connectdb)(cinfo.as_ptr());
         if conn.is_null() {
-            IdError::CitusUnreachable { node: coordinator.describe(), function, why: "out of memory".into() }.raise()
+            unreachable("out of memory".into())
         }
         if (l.status)(conn) != CONNECTION_OK {
             let why = message((l.error_message)(conn));
             (l.finish)(conn);
-            IdError::CitusUnreachable { node: coordinator.describe(), function, why }.raise()
+            unreachable(why)
         }
-        *CONNECTION.borrow_mut() = Some(Connection { info: info.to_owned(), conn, in_flight: false });
+        for (name, sql, param_type) in statements {
+            let sql = CString::new(sql.as_str()).unwrap_or_default();
+            let res = (l.prepare)(conn, name.as_ptr(), sql.as_ptr(), 1, param_type);
+            let failed = match (l.result_status)(res) {
+                PGRES_COMMAND_OK => None,
+                _ if (l.status)(conn) != CONNECTION_OK => Some(Failure::Broken(message((l.error_message)(conn)))),
+                _ => Some(Failure::Remote(relayed(l, res))),
+            };
+            (l.clear)(res);
+            match failed {
+                None => {}
+                Some(Failure::Broken(why)) => {
+                    (l.finish)(conn);
+                    unreachable(why)
+                }
+                Some(Failure::Remote(e)) => {
+                    (l.finish)(conn);
+                    e.raise()
+                }
+            }
+        }
+        *CONNECTION.borrow_mut() = Some(Connection { key, conn, in_flight: false });
         Handle(conn)
     }
 }
@@ -251,17 +291,16 @@ fn message(p: *const c_char) -> String {
 struct Handle(*mut c_void);
 
 impl Handle {
-    /// Runs the one-row query and parses its bigint, waiting on the socket
-    /// and the process latch, so that a cancel or shutdown interrupts it.
-    fn call(&self, sql: &CStr, param_type: pg_sys::Oid, value: &CStr) -> Result<i64, Failure> {
+    /// Runs a prepared statement and parses its bigint, waiting on the
+    /// socket and the process latch, so that a cancel or shutdown interrupts it.
+    fn call(&self, statement: &CStr, value: &CStr) -> Result<i64, Failure> {
         let l = libpq();
         let conn = self.0;
-        let types = [param_type];
         let values = [value.as_ptr()];
-        // SAFETY: libpq calls on a live connection with arrays of one
-        // parameter that outlive the call; the result is cleared on every path.
+        // SAFETY: libpq calls on a live connection with an array of one
+        // parameter that outlives the call; the result is cleared on every path.
         unsafe {
-            if (l.send_query_params)(conn, sql.as_ptr(), 1, types.as_ptr(), values.as_ptr(), std::ptr::null(), std::ptr::null(), 0) == 0 {
+            if (l.send_query_prepared)(conn, statement.as_ptr(), 1, values.as_ptr(), std::ptr::null(), std::ptr::null(), 0) == 0 {
                 return Err(Failure::Broken(message((l.error_message)(conn))));
             }
             set_in_flight(true);
@@ -313,23 +352,31 @@ unsafe fn read(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Result<i64, Fa
                 .map_err(|_| Failure::Broken("an answer that is not a bigint".into())),
             PGRES_TUPLES_OK => Err(Failure::Remote(IdError::Internal("the coordinator returned no ID".into()))),
             _ if (l.status)(conn) != CONNECTION_OK => Err(Failure::Broken(message((l.error_message)(conn)))),
-            _ => {
-                let field = |f: u8| {
-                    let p = (l.result_error_field)(res, f as c_int);
-                    (!p.is_null()).then(|| message(p))
-                };
-                Err(Failure::Remote(IdError::Relayed {
-                    sqlstate: field(b'C').unwrap_or_else(|| "XX000".into()),
-                    message: field(b'M').unwrap_or_default(),
-                    detail: field(b'D'),
-                    hint: field(b'H'),
-                }))
-            }
+            _ => Err(Failure::Remote(relayed(l, res))),
         }
     }
 }
 
+/// The coordinator's error in a result, to raise as it was raised there.
+///
+/// # Safety
+/// `res` is a live result.
+unsafe fn relayed(l: &Libpq, res: *mut c_void) -> IdError {
+    let field = |f: u8| {
+        // SAFETY: the caller's.
+        let p = unsafe { (l.result_error_field)(res, f as c_int) };
+        (!p.is_null()).then(|| message(p))
+    };
+    IdError::Relayed {
+        sqlstate: field(b'C').unwrap_or_else(|| "XX000".into()),
+        message: field(b'M').unwrap_or_default(),
+        detail: field(b'D'),
+        hint: field(b'H'),
+    }
+}
+
 const CONNECTION_OK: c_int = 0;
+const PGRES_COMMAND_OK: c_int = 1;
 const PGRES_TUPLES_OK: c_int = 2;
 
 /// The libpq functions we call, resolved once per process.
@@ -339,12 +386,12 @@ struct Libpq {
     error_message: unsafe extern "C" fn(*const c_void) -> *const c_char,
     finish: unsafe extern "C" fn(*mut c_void),
     socket: unsafe extern "C" fn(*const c_void) -> c_int,
+    prepare: unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char, c_int, *const pg_sys::Oid) -> *mut c_void,
     #[allow(clippy::type_complexity)]
-    send_query_params: unsafe extern "C" fn(
+    send_query_prepared: unsafe extern "C" fn(
         *mut c_void,
         *const c_char,
         c_int,
-        *const pg_sys::Oid,
         *const *const c_char,
         *const c_int,
         *const c_int,
@@ -392,7 +439,8 @@ fn libpq() -> &'static Libpq {
                 error_message: sym!(c"PQerrorMessage"),
                 finish: sym!(c"PQfinish"),
                 socket: sym!(c"PQsocket"),
-                send_query_params: sym!(c"PQsendQueryParams"),
+                prepare: sym!(c"PQprepare"),
+                send_query_prepared: sym!(c"PQsendQueryPrepared"),
                 consume_input: sym!(c"PQconsumeInput"),
                 is_busy: sym!(c"PQisBusy"),
                 get_result: sym!(c"PQgetResult"),
