@@ -74,6 +74,8 @@ pub fn bin(name: &str) -> String {
 /// A running server. Dropping it stops the server and removes its files.
 pub struct Server {
     pub dir: PathBuf,
+    /// The program directory of the installation it runs from.
+    bindir: PathBuf,
     /// Environment for the server process (a shifted clock).
     env: Vec<(String, String)>,
     running: bool,
@@ -100,9 +102,23 @@ impl Server {
 
     /// Runs a program of the installation as the server's owner, in this server's directory.
     pub fn run_as_owner(&self, program: &str, args: &[&str]) -> Output {
-        let mut c = as_owner(&bin(program));
+        let mut c = as_owner(&self.bin(program));
         c.args(args).current_dir(&self.dir);
         check(program, c.output())
+    }
+
+    /// A program of the installation this server runs from.
+    fn bin(&self, name: &str) -> String {
+        self.bindir.join(name).to_string_lossy().into_owned()
+    }
+
+    /// A new cluster like [`Server::init`], run from another installation.
+    pub fn init_in(installation: &Installation, name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.bindir = installation.bindir.clone();
+        server.initdb(conf);
+        server.start_process();
+        server
     }
 
     /// A new cluster with exactly these `postgresql.conf` lines and server environment.
@@ -127,7 +143,7 @@ impl Server {
         let server = self;
         check(
             "initdb",
-            as_owner(&bin("initdb"))
+            as_owner(&server.bin("initdb"))
                 .args(["-D", &server.data(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"])
                 .output(),
         );
@@ -169,7 +185,7 @@ impl Server {
         server.use_clock_file();
         check(
             "pg_basebackup",
-            as_owner(&bin("pg_basebackup"))
+            as_owner(&server.bin("pg_basebackup"))
                 .args(["-D", &server.data(), "-R", "-X", "stream", "-U", "postgres", "-d", &primary.conninfo("postgres")])
                 .output(),
         );
@@ -226,7 +242,7 @@ impl Server {
         if is_root() {
             check("chown", Command::new("chown").args(["postgres:postgres"]).arg(&dir).output());
         }
-        Server { dir, env: Vec::new(), running: false }
+        Server { dir, bindir: bindir(), env: Vec::new(), running: false }
     }
 
     pub fn append_conf(&self, text: &str) {
@@ -238,7 +254,7 @@ impl Server {
 
     fn pg_ctl(&self, args: &[&str]) -> Output {
         let log = self.dir.join("server.log").to_string_lossy().into_owned();
-        let mut c = as_owner(&bin("pg_ctl"));
+        let mut c = as_owner(&self.bin("pg_ctl"));
         c.args(["-D", &self.data(), "-l", &log, "-w", "-t", "60"]).args(args);
         c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         c.output().unwrap()
@@ -305,6 +321,76 @@ impl Drop for Server {
         if std::env::var_os("PG_IDGEN_E2E_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// A private copy of the PostgreSQL installation under test (hard links,
+/// as scripts/pgtree makes, of the directory `PG_IDGEN_TEST_ROOT` names),
+/// for a test that installs other files of pg_idgen into it. Removed when dropped.
+pub struct Installation {
+    root: PathBuf,
+    pub bindir: PathBuf,
+    pub pkglibdir: PathBuf,
+    pub extensiondir: PathBuf,
+}
+
+impl Installation {
+    pub fn copy(name: &str) -> Installation {
+        let source = PathBuf::from(
+            std::env::var("PG_IDGEN_TEST_ROOT").expect("PG_IDGEN_TEST_ROOT names the test installation's root: run the suite with scripts/test"),
+        );
+        let root = std::env::temp_dir().join(format!("pg_idgen_e2e/{name}-install-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.parent().unwrap()).unwrap();
+        check("cp -al", Command::new("cp").arg("-al").arg(&source).arg(&root).output());
+        let moved = |p: PathBuf| root.join(p.strip_prefix(&source).unwrap_or_else(|_| panic!("{} is outside {}", p.display(), source.display())));
+        Installation {
+            bindir: moved(bindir()),
+            pkglibdir: moved(pg_config("--pkglibdir")),
+            extensiondir: moved(pg_config("--sharedir").join("extension")),
+            root,
+        }
+    }
+
+    /// Installs pg_idgen's files from a directory holding `lib/` and
+    /// `extension/` (as a tarball and scripts/previous-release lay them
+    /// out), each removed first, so that nothing is written through a hard link.
+    pub fn install(&self, from: &Path) {
+        for (dir, to) in [("lib", &self.pkglibdir), ("extension", &self.extensiondir)] {
+            for entry in std::fs::read_dir(from.join(dir)).unwrap() {
+                let f = entry.unwrap().path();
+                let dest = to.join(f.file_name().unwrap());
+                let _ = std::fs::remove_file(&dest);
+                std::fs::copy(&f, &dest).unwrap();
+            }
+        }
+        check("chmod", Command::new("chmod").arg("-R").arg("a+rX").arg(&self.root).output());
+    }
+}
+
+impl Drop for Installation {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Unpacks a release package (the Debian package or a tarball) into `into`,
+/// and returns the directory of its `lib/` and `extension/` (for the Debian
+/// package, a directory of links to them).
+pub fn unpack_package(pkg: &Path, into: &Path) -> PathBuf {
+    let _ = std::fs::remove_dir_all(into);
+    std::fs::create_dir_all(into).unwrap();
+    if pkg.extension().is_some_and(|e| e == "deb") {
+        check("dpkg-deb -x", Command::new("dpkg-deb").arg("-x").arg(pkg).arg(into).output());
+        let major = pg_config("--version").to_string_lossy().split_whitespace().nth(1).unwrap().split('.').next().unwrap().to_string();
+        let top = into.join("layout");
+        std::fs::create_dir_all(&top).unwrap();
+        std::os::unix::fs::symlink(into.join(format!("usr/lib/postgresql/{major}/lib")), top.join("lib")).unwrap();
+        std::os::unix::fs::symlink(into.join(format!("usr/share/postgresql/{major}/extension")), top.join("extension")).unwrap();
+        top
+    } else {
+        check("tar", Command::new("tar").arg("-C").arg(into).arg("-xzf").arg(pkg).output());
+        std::fs::read_dir(into).unwrap().next().unwrap().unwrap().path()
     }
 }
 

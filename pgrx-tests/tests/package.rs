@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pg_idgen_e2e::pg_config;
+use pg_idgen_e2e::{pg_config, unpack_package};
 
 fn package() -> PathBuf {
     let p = std::env::var("PG_IDGEN_PACKAGE")
@@ -25,32 +25,15 @@ fn version() -> String {
     cargo.lines().find_map(|l| l.strip_prefix("version = \"")).unwrap().trim_end_matches('"').to_string()
 }
 
-/// Unpacks the package into a new directory; returns it.
-fn unpack(pkg: &Path) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pg_idgen_pkg_check-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.to_str().unwrap();
-    if pkg.extension().is_some_and(|e| e == "deb") {
-        run("dpkg-deb", &["-x", pkg.to_str().unwrap(), d]);
-    } else {
-        run("tar", &["-C", d, "-xzf", pkg.to_str().unwrap()]);
-    }
-    dir
-}
-
 #[test]
 fn the_installed_files_are_the_packages() {
     let pkg = package();
-    let dir = unpack(&pkg);
-    let (lib, ext) = if pkg.extension().is_some_and(|e| e == "deb") {
-        let major = pg_config("--version").to_string_lossy().split_whitespace().nth(1).unwrap().split('.').next().unwrap().to_string();
-        (dir.join(format!("usr/lib/postgresql/{major}/lib")), dir.join(format!("usr/share/postgresql/{major}/extension")))
-    } else {
-        let top = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let dir = std::env::temp_dir().join(format!("pg_idgen_pkg_check-{}", std::process::id()));
+    let top = unpack_package(&pkg, &dir);
+    if pkg.extension().is_none_or(|e| e != "deb") {
         assert!(top.join("install.sh").exists(), "the tarball has install.sh");
-        (top.join("lib"), top.join("extension"))
-    };
+    }
+    let (lib, ext) = (top.join("lib").canonicalize().unwrap(), top.join("extension").canonicalize().unwrap());
     let v = version();
     let mut files = vec![lib.join("pg_idgen.so"), ext.join("pg_idgen.control"), ext.join(format!("pg_idgen--{v}.sql"))];
     files.extend(std::fs::read_dir(&ext).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().contains("--")));

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use pg_idgen_e2e::postgres::Client;
-use pg_idgen_e2e::{bin, pg_config, sqlstate, Server};
+use pg_idgen_e2e::{bin, pg_config, sqlstate, unpack_package, Installation, Server};
 
 /// A database in use: a registered shard schema with rows, claims, a
 /// release, and IDs minted. Returns the largest ID minted there.
@@ -292,6 +292,45 @@ fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'").unwrap();
     let old_max = fill(&mut c);
+    update_from_0_2_0(&server, &mut c, old_max);
+    let _ = std::fs::remove_file(installed);
+}
+
+/// The release users have: the 0.2.0 library and SQL built from its commit
+/// (scripts/previous-release, named by `PG_IDGEN_PREVIOUS`), installed in a
+/// copy of the installation, used, then this release's package installed
+/// over it and the server restarted, as the README says to update.
+#[test]
+fn update_from_the_previous_release_as_built_from_its_tag() {
+    let previous = std::env::var("PG_IDGEN_PREVIOUS")
+        .expect("PG_IDGEN_PREVIOUS names the previous release's build (scripts/previous-release); scripts/test reports this test as skipped without it");
+    let package = std::env::var("PG_IDGEN_PACKAGE").expect("PG_IDGEN_PACKAGE names the package under test: run the suite with scripts/test");
+    let installation = Installation::copy("previous");
+    installation.install(Path::new(&previous));
+    let mut server = Server::init_in(&installation, "previous", &["shared_preload_libraries = 'pg_idgen'"]);
+    let mut c = server.client();
+    c.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, "0.2.0", "the previous release's default version");
+    // The 0.2.0 library is the one loaded: it has no pg_idgen.max_databases (0.3.0's).
+    assert_eq!(sqlstate(c.query_one("SHOW pg_idgen.max_databases", &[])), "42704");
+    let old_max = fill(&mut c);
+    drop(c);
+    server.stop("fast");
+    let unpacked = std::env::temp_dir().join(format!("pg_idgen_e2e/previous-package-{}", std::process::id()));
+    installation.install(&unpack_package(Path::new(&package), &unpacked));
+    let _ = std::fs::remove_dir_all(&unpacked);
+    server.start_process();
+    let mut c = server.client();
+    let setting: String = c.query_one("SHOW pg_idgen.max_databases", &[]).unwrap().get(0);
+    assert_eq!(setting, "1000", "the new library is loaded");
+    update_from_0_2_0(&server, &mut c, old_max);
+}
+
+/// With the 0.2.0 objects and this library, before and after ALTER
+/// EXTENSION UPDATE: everything works before, and is kept and equal to a
+/// fresh install after.
+fn update_from_0_2_0(server: &Server, c: &mut Client, old_max: i64) {
     // The new library with the 0.2.0 objects, before ALTER EXTENSION UPDATE:
     // DEFAULTs mint, registration, renames and drops work, status reads.
     c.batch_execute(
@@ -309,8 +348,7 @@ fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
     assert_eq!(version, "0.3.0");
-    check(&mut c, old_max);
-    registry_follows_schemas(&mut c);
-    assert_same_objects_as_a_fresh_install(&server, &mut c);
-    let _ = std::fs::remove_file(installed);
+    check(c, old_max);
+    registry_follows_schemas(c);
+    assert_same_objects_as_a_fresh_install(server, c);
 }
