@@ -112,13 +112,25 @@ impl Server {
         self.bindir.join(name).to_string_lossy().into_owned()
     }
 
-    /// A new cluster like [`Server::init`], run from another installation.
-    pub fn init_in(installation: &Installation, name: &str, conf: &[&str]) -> Server {
-        let mut server = Server::new_dir(name);
-        server.bindir = installation.bindir.clone();
-        server.initdb(conf);
+    /// A new cluster like [`Server::init`], run from the installation whose
+    /// programs are in `bindir`.
+    pub fn init_in(bindir: &Path, name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::init_stopped_in(bindir, name, conf);
         server.start_process();
         server
+    }
+
+    /// The same, not started.
+    pub fn init_stopped_in(bindir: &Path, name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.bindir = bindir.to_path_buf();
+        server.initdb(conf);
+        server
+    }
+
+    /// The program directory of the installation it runs from.
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
     }
 
     /// A new cluster with exactly these `postgresql.conf` lines and server environment.

@@ -132,6 +132,44 @@ fn pg_upgrade_to_a_new_cluster_keeps_every_id_space() {
     registry_follows_schemas(&mut c);
 }
 
+/// pg_upgrade to a later major, between two installations each with this
+/// release's package, as scripts/test names them: `PG_IDGEN_UPGRADE_FROM`
+/// (default: the installation under test) and `PG_IDGEN_UPGRADE_TO` (their
+/// program directories; 16 to the 16 wheel's 18). Registry,
+/// claims, release and mark kept, new IDs above old ones.
+#[test]
+fn pg_upgrade_to_a_later_major_keeps_every_id_space() {
+    let to = std::env::var("PG_IDGEN_UPGRADE_TO").ok().filter(|v| !v.is_empty()).expect(
+        "PG_IDGEN_UPGRADE_TO names the program directory of a later major with pg_idgen installed; scripts/test reports this test as skipped without it",
+    );
+    let to = Path::new(&to);
+    let from = std::env::var("PG_IDGEN_UPGRADE_FROM").ok().filter(|v| !v.is_empty()).map(std::path::PathBuf::from).unwrap_or_else(pg_idgen_e2e::bindir);
+    let mut old = Server::init_in(&from, "major-old", &["shared_preload_libraries = 'pg_idgen'"]);
+    old.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    let old_max = fill(&mut old.client());
+    let old_version: i32 = old.client().query_one("SELECT current_setting('server_version_num')::int", &[]).unwrap().get(0);
+    old.stop("fast");
+    let mut new = Server::init_stopped_in(to, "major-new", &["shared_preload_libraries = 'pg_idgen'"]);
+    // initdb of 18 turns data checksums on, as no earlier major did by default: match the old cluster.
+    let control = String::from_utf8_lossy(&new.run_as_owner("pg_controldata", &[&new.data()]).stdout).into_owned();
+    if !control.lines().any(|l| l.starts_with("Data page checksum version:") && l.trim_end().ends_with(" 0")) {
+        new.run_as_owner("pg_checksums", &["--disable", "-D", &new.data()]);
+    }
+    let (old_bin, old_data, new_data) = (from.to_string_lossy().into_owned(), old.data(), new.data());
+    let out = new.run_as_owner(
+        "pg_upgrade",
+        &["-b", &old_bin, "-B", &to.to_string_lossy(), "-d", &old_data, "-D", &new_data, "-p", "50534", "-P", "50535", "-U", "postgres"],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Upgrade Complete"), "{}", String::from_utf8_lossy(&out.stdout));
+    new.start_process();
+    let mut c = new.client();
+    let new_version: i32 = c.query_one("SELECT current_setting('server_version_num')::int", &[]).unwrap().get(0);
+    assert!(new_version / 10000 > old_version / 10000, "{old_version} -> {new_version} is not a later major");
+    eprintln!("pg_upgrade from {old_version} to {new_version}");
+    check(&mut c, old_max);
+    registry_follows_schemas(&mut c);
+}
+
 /// After pg_upgrade or a restore with triggers disabled, the registry's
 /// stored OIDs may be stale: a rename is still followed, a new schema of the
 /// old name inherits nothing, and a dropped schema frees its shard.
@@ -303,11 +341,13 @@ fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
 #[test]
 fn update_from_the_previous_release_as_built_from_its_tag() {
     let previous = std::env::var("PG_IDGEN_PREVIOUS")
+        .ok()
+        .filter(|v| !v.is_empty())
         .expect("PG_IDGEN_PREVIOUS names the previous release's build (scripts/previous-release); scripts/test reports this test as skipped without it");
     let package = std::env::var("PG_IDGEN_PACKAGE").expect("PG_IDGEN_PACKAGE names the package under test: run the suite with scripts/test");
     let installation = Installation::copy("previous");
     installation.install(Path::new(&previous));
-    let mut server = Server::init_in(&installation, "previous", &["shared_preload_libraries = 'pg_idgen'"]);
+    let mut server = Server::init_in(&installation.bindir, "previous", &["shared_preload_libraries = 'pg_idgen'"]);
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
