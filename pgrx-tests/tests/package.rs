@@ -84,3 +84,40 @@ fn the_pgxn_metadata_names_this_version() {
     let control = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../pg_idgen.control")).unwrap();
     assert!(control.contains("default_version = '@CARGO_VERSION@'"), "the control file follows Cargo.toml");
 }
+
+/// The tarball of this major (named by `PG_IDGEN_TARBALL`; on 15 it is
+/// built beside the Debian package the rest of the suite runs against),
+/// installed by its install.sh, without cargo, into a private copy of the
+/// installation: its files land there, and a server preloading them mints,
+/// decodes and makes UUIDs.
+#[test]
+fn the_tarball_installs_with_its_script_and_mints() {
+    let tarball = PathBuf::from(
+        std::env::var("PG_IDGEN_TARBALL").ok().filter(|v| !v.is_empty()).expect("PG_IDGEN_TARBALL names the tarball: run the suite with scripts/test"),
+    );
+    let installation = pg_idgen_e2e::Installation::copy("tarball");
+    for dir in [&installation.pkglibdir, &installation.extensiondir] {
+        for f in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+            if f.file_name().unwrap().to_string_lossy().starts_with("pg_idgen") {
+                std::fs::remove_file(f).unwrap();
+            }
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("pg_idgen_tarball_check-{}", std::process::id()));
+    let top = unpack_package(&tarball, &dir);
+    let pg_config = installation.bindir.join("pg_config");
+    let out = run("sh", &[top.join("install.sh").to_str().unwrap(), pg_config.to_str().unwrap()]);
+    assert!(out.contains("installed ") && out.contains("pg_idgen.so"), "{out}");
+    assert_eq!(
+        std::fs::read(top.join("lib/pg_idgen.so")).unwrap(),
+        std::fs::read(installation.pkglibdir.join("pg_idgen.so")).unwrap()
+    );
+    let server = pg_idgen_e2e::Server::init_in(&installation.bindir, "tarball", &["shared_preload_libraries = 'pg_idgen'"]);
+    let mut c = server.client();
+    c.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    let row = c
+        .query_one("SELECT extversion, id_shard(next_shard_id(42)), uuid_v7_ts(uuid_v7()) IS NOT NULL FROM pg_extension WHERE extname = 'pg_idgen'", &[])
+        .unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)), (version(), 42, true));
+    let _ = std::fs::remove_dir_all(&dir);
+}
