@@ -29,7 +29,7 @@ pub fn mint(shard: Shard, function: &'static str) -> i64 {
     mark::check_writable(function);
     fleet::check(shard).or_raise();
     let epoch_ms = epoch::for_minting();
-    let reservation = DbReservation::current(epoch_ms);
+    let reservation = DbReservation::loaded(epoch_ms);
     let lead = settings::max_clock_lead_ms();
     let minted = generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms)
         .map_err(|e| match e {

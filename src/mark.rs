@@ -55,7 +55,19 @@ pub struct DbReservation {
 }
 
 impl DbReservation {
-    pub fn current(offset_ms: i64) -> DbReservation {
+    /// The current database's reservation, its persisted mark loaded (every
+    /// generator raised above it) if not yet done since the server started:
+    /// before anything is measured against the generators, so that a
+    /// refusal states the whole distance to what they must stay above.
+    pub fn loaded(offset_ms: i64) -> DbReservation {
+        let reservation = DbReservation::current(offset_ms);
+        if reservation.reserved_until_ms() == 0 {
+            extend(reservation.mark, clock::unix_us().div_euclid(1000));
+        }
+        reservation
+    }
+
+    fn current(offset_ms: i64) -> DbReservation {
         let mark = match MY_MARK.get() {
             Some(mark) => mark,
             None => {
@@ -72,13 +84,6 @@ impl DbReservation {
         self.mark.reserved_ms.load(Ordering::Acquire)
     }
 
-    /// Loads the database's persisted mark, if not yet done since the server
-    /// started, raising every generator above it.
-    pub fn ensure_loaded(&self) {
-        if self.reserved_until_ms() == 0 {
-            extend(self.mark, clock::unix_us().div_euclid(1000));
-        }
-    }
 }
 
 impl Reservation for DbReservation {

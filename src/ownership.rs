@@ -117,8 +117,7 @@ fn shard_release(shard: i32) -> i64 {
     // every value handed out, before the last restart too. Retiring it stops
     // minting at once, also in statements under way in other backends; the
     // state it held is the last value handed out.
-    let reservation = DbReservation::current(settings::configured_epoch_ms());
-    reservation.ensure_loaded();
+    let reservation = DbReservation::loaded(settings::configured_epoch_ms());
     let prev = fleet::retire(shard);
     let high_water = if prev == RETIRED {
         // Retired by a release still in progress: fall back to the reservation, which covers every value.
@@ -177,8 +176,7 @@ fn shard_adopt(shard: i32, after: i64) {
     catalog::run(&format!("DELETE FROM {} WHERE shard = $1", table("shard_releases")), &[parts.shard.into()]);
     set_claims_only(true);
 
-    let reservation = DbReservation::current(settings::configured_epoch_ms());
-    reservation.ensure_loaded();
+    let reservation = DbReservation::loaded(settings::configured_epoch_ms());
     let after_tick = ((parts.ms as u64) << layout::SEQ_BITS) | parts.seq as u64;
     let slot = &state.shards[shard.index()];
     let _ = slot.last.fetch_update(std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire, |cur| {

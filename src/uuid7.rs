@@ -55,7 +55,7 @@ fn uuid_v7() -> pgrx::Uuid {
                 state.uuid.last.fetch_max(LOCAL.load(Ordering::Relaxed), Ordering::AcqRel);
             }
             let minted =
-                generator::mint(&state.uuid.last, UUID_TICKS, lead, &DbReservation::current(0), now_tick, clock::sleep_ms)
+                generator::mint(&state.uuid.last, UUID_TICKS, lead, &DbReservation::loaded(0), now_tick, clock::sleep_ms)
                     .or_raise();
             state.uuid.record(&minted, UUID_TICKS, settings::track_status());
             if LOCAL_USED.get() {

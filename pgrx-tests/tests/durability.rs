@@ -127,6 +127,41 @@ fn standby_promoted_with_its_clock_thirty_minutes_behind() {
     assert!(lead >= 1_790_000, "the promoted standby runs {lead} ms ahead of its clock");
 }
 
+/// After a promotion onto a clock further behind the old primary's than
+/// the lead bound allows, the first refusal states the whole distance to
+/// what the server must stay above (the database's replayed mark), not the
+/// distance to the older mark files the standby copied at its base backup
+/// (0.3.0 understated it by however long the primary ran after the copy).
+#[test]
+fn the_first_refusal_after_a_promotion_states_the_whole_distance() {
+    let mut primary = Server::start_with_clock("gap_primary", &["pg_idgen.max_clock_lead_ms = 2000"]);
+    let mut p = primary.client();
+    setup(&mut p);
+    mint(&mut p, 1, 1000, None);
+    let standby = Server::standby_of(&primary, "gap_standby", &[]);
+    // The primary goes on minting after the copy: its mark moves 10 s past
+    // what the standby's mark files hold.
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    mint(&mut p, 2, 1000, None);
+    standby.wait_for_replay(&primary);
+    drop(p);
+    primary.stop("immediate");
+    standby.set_clock("-60s");
+    standby.promote();
+    let mut s = standby.client();
+    let err = s.query_one("SELECT next_shard_id(3)", &[]).unwrap_err();
+    let message = err.as_db_error().expect("a server error").message().to_string();
+    let behind: i64 = message
+        .split("the clock is ")
+        .nth(1)
+        .and_then(|r| r.split(" ms behind").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no distance in: {message}"));
+    // 60 s, plus at most the 1 s the mark reserves ahead, less the seconds
+    // the promotion took; the copied files alone would give about 50 s.
+    assert!((55_000..=61_500).contains(&behind), "the refusal says {behind} ms: {message}");
+}
+
 #[test]
 fn beyond_the_lead_bound_minting_refuses_clearly() {
     let server = Server::start_with_clock("small_lead", &["pg_idgen.max_clock_lead_ms = 2000"]);
