@@ -155,6 +155,10 @@ impl Coordinator {
     }
 }
 
+/// How long the coordinator keeps a forwarding session that is not used
+/// (reconnecting costs a few milliseconds).
+const IDLE_MS: u32 = 10_000;
+
 /// How to reach the coordinator: as the current role, in this database,
 /// with Citus's own `citus.node_conninfo` (TLS and the like) appended.
 fn conninfo(c: &Coordinator) -> String {
@@ -170,8 +174,12 @@ fn conninfo(c: &Coordinator) -> String {
         let v = pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false);
         if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
     };
+    // The coordinator ends the session after 10 s unused, so idle
+    // worker backends (Citus keeps them for later shard queries) do not each
+    // hold one of its connections; the next call reconnects.
     format!(
-        "host={} port={} dbname={} user={} application_name='pg_idgen forwarding' connect_timeout=10 {extra}",
+        "host={} port={} dbname={} user={} application_name='pg_idgen forwarding' connect_timeout=10 \
+         options='-c idle_session_timeout={IDLE_MS}' {extra}",
         quote(&c.host),
         c.port,
         quote(&db),
@@ -352,7 +360,15 @@ unsafe fn read(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Result<i64, Fa
                 .map_err(|_| Failure::Broken("an answer that is not a bigint".into())),
             PGRES_TUPLES_OK => Err(Failure::Remote(IdError::Internal("the coordinator returned no ID".into()))),
             _ if (l.status)(conn) != CONNECTION_OK => Err(Failure::Broken(message((l.error_message)(conn)))),
-            _ => Err(Failure::Remote(relayed(l, res))),
+            _ => match relayed(l, res) {
+                // The session ended before the call (terminated, timed out
+                // idle, shut down): the call did not run, so it is sent again
+                // on a new session.
+                IdError::Relayed { sqlstate, message, .. } if sqlstate.starts_with("57P") || sqlstate.starts_with("08") => {
+                    Err(Failure::Broken(message))
+                }
+                e => Err(Failure::Remote(e)),
+            },
         }
     }
 }

@@ -275,6 +275,31 @@ mod citus {
         assert_eq!(decode(id).1, 9);
     }
 
+    /// A worker keeps one connection to the coordinator per backend that
+    /// mints, which the coordinator closes after 10 s unused (Citus keeps
+    /// idle worker backends for later queries); the next call reconnects, as
+    /// it does after the session is terminated.
+    #[test]
+    fn forwarding_sessions_do_not_outlive_their_use() {
+        let cluster = Cluster::start("citus_idle", 1, &[]);
+        let mut c = cluster.coordinator.client();
+        let forwarding = |c: &mut Client| -> i64 {
+            c.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0)
+        };
+        let mut w = cluster.workers[0].client();
+        let first: i64 = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get(0);
+        assert_eq!(forwarding(&mut c), 1);
+        let n: i64 = c.query_one("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding') t", &[]).unwrap().get(0);
+        assert_eq!(n, 1);
+        let second: i64 = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get(0);
+        assert!(second > first);
+        assert_eq!(forwarding(&mut c), 1);
+        std::thread::sleep(std::time::Duration::from_millis(11_500));
+        assert_eq!(forwarding(&mut c), 0, "the coordinator kept an unused forwarding session");
+        let third: i64 = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get(0);
+        assert!(third > second);
+    }
+
     /// Stopped at once and restarted, the coordinator with its clock two
     /// minutes behind: no ID minted before is minted again, through any node;
     /// while the coordinator is down a worker refuses (08001) rather than mint.
