@@ -25,6 +25,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use pgrx::prelude::*;
 
@@ -33,17 +34,17 @@ use crate::catalog;
 use crate::core::layout::Shard;
 use crate::errors::IdError;
 
-/// Whether Citus was preloaded before us (set once, in the postmaster).
+/// Whether Citus is loaded in this server (set once, at our preload).
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
-/// At preload: notes whether `citus` comes first in `shared_preload_libraries`.
+/// At preload: notes whether Citus is loaded. Citus insists on being loaded
+/// before any library that sets a planner hook, as pg_idgen does, so its
+/// settings exist by now however `shared_preload_libraries` spells it
+/// (`citus`, `$libdir/citus`, `citus.so`). A `citus.*` placeholder set
+/// without Citus only costs a catalog check per cache generation.
 pub fn init() {
-    // SAFETY: reads a GUC's current value; the string is copied at once.
-    let list = unsafe {
-        let v = pg_sys::GetConfigOption(c"shared_preload_libraries".as_ptr(), true, false);
-        if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
-    };
-    let citus = list.split(',').any(|l| l.trim().trim_matches('"') == "citus");
+    // SAFETY: looks a setting up by name; no string is kept.
+    let citus = unsafe { !pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false).is_null() };
     PRELOADED.store(citus, Ordering::Relaxed);
 }
 
@@ -61,6 +62,9 @@ pub fn mint_elsewhere(call: Call<'_>, function: &'static str) -> Option<i64> {
         return None;
     }
     let coordinator = coordinator()?;
+    if forwarding_session() {
+        IdError::CitusForwardedToWorker(function).raise()
+    }
     crate::mark::check_writable(function);
     Some(forward(&coordinator, &call, function))
 }
@@ -70,6 +74,18 @@ pub fn refuse_on_worker(function: &'static str) {
     if PRELOADED.load(Ordering::Relaxed) && coordinator().is_some() {
         IdError::CitusWorker(function).raise()
     }
+}
+
+/// The `application_name` of the sessions workers open on the coordinator.
+const FORWARDING: &str = "pg_idgen forwarding";
+
+/// Whether this session is one a worker opened to forward a call: if this
+/// node forwards too, a worker's metadata names as coordinator a node that
+/// is not one, and forwarding again would chain sessions without end.
+fn forwarding_session() -> bool {
+    // SAFETY: reads the session's application_name, copied at once.
+    let name = unsafe { pg_sys::application_name };
+    !name.is_null() && unsafe { CStr::from_ptr(name) }.to_bytes() == FORWARDING.as_bytes()
 }
 
 #[derive(Clone, PartialEq)]
@@ -135,7 +151,7 @@ fn forward(coordinator: &Coordinator, call: &Call<'_>, function: &'static str) -
     let info = conninfo(coordinator);
     let mut retried = false;
     loop {
-        match connection(&info, &statements, coordinator, function).call(statement, &value) {
+        match run(connection(&info, &statements, coordinator, function), statement, &value) {
             Ok(id) => return id,
             Err(Failure::Remote(e)) => e.raise(),
             Err(Failure::Broken(why)) => {
@@ -159,6 +175,9 @@ impl Coordinator {
 /// (reconnecting costs a few milliseconds).
 const IDLE_MS: u32 = 10_000;
 
+/// How long connecting to the coordinator may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How to reach the coordinator: as the current role, in this database,
 /// with Citus's own `citus.node_conninfo` (TLS and the like) appended.
 fn conninfo(c: &Coordinator) -> String {
@@ -178,30 +197,42 @@ fn conninfo(c: &Coordinator) -> String {
     // worker backends (Citus keeps them for later shard queries) do not each
     // hold one of its connections; the next call reconnects.
     format!(
-        "host={} port={} dbname={} user={} application_name='pg_idgen forwarding' connect_timeout=10 \
-         options='-c idle_session_timeout={IDLE_MS}' {extra}",
+        "host={} port={} dbname={} user={} application_name={} options='-c idle_session_timeout={IDLE_MS}' {extra}",
         quote(&c.host),
         c.port,
         quote(&db),
-        quote(&user)
+        quote(&user),
+        quote(FORWARDING),
     )
 }
 
 enum Failure {
-    /// The connection could not be made or broke.
+    /// The connection could not be made or broke, or its session ended.
     Broken(String),
     /// The coordinator answered with an error: raised here as it was there.
     Remote(IdError),
 }
 
+/// Where the backend's connection to the coordinator stands.
+#[derive(Clone, Copy, PartialEq)]
+enum State {
+    /// Being opened, or its statements being prepared.
+    Opening,
+    /// Ready for a call.
+    Idle,
+    /// A call was sent and its answer not read.
+    Busy,
+}
+
 /// The backend's connection to the coordinator, and what it was opened with.
+/// Kept here from the moment libpq makes it, so that an error or cancel
+/// raised while it is opened or busy leaves it to be finished, not leaked; a
+/// connection found in any state but `Idle` is finished and made again.
 struct Connection {
     /// The conninfo and the statements prepared on it.
     key: String,
     conn: *mut c_void,
-    /// A call was sent and its answer not read (an error or cancel
-    /// interrupted the wait): the connection cannot be reused.
-    in_flight: bool,
+    state: State,
 }
 
 static CONNECTION: BackendLocal<Option<Connection>> = BackendLocal::new(None);
@@ -213,65 +244,154 @@ fn drop_connection() {
     }
 }
 
+fn set_state(state: State) {
+    if let Some(c) = CONNECTION.borrow_mut().as_mut() {
+        c.state = state;
+    }
+}
+
 /// The open connection for `info` with `statements` prepared, made (or
-/// remade) if needed.
+/// remade) if needed; every wait in it can be cancelled.
 fn connection(
     info: &str,
     statements: &[(&'static CStr, String, pg_sys::Oid)],
     coordinator: &Coordinator,
     function: &'static str,
-) -> Handle {
+) -> *mut c_void {
     let key = statements.iter().fold(info.to_owned(), |k, (_, sql, _)| k + "\n" + sql);
     {
         let c = CONNECTION.borrow_mut();
         if let Some(c) = c.as_ref() {
             // SAFETY: reads the status of a live connection.
-            if c.key == key && !c.in_flight && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
-                return Handle(c.conn);
+            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
+                return c.conn;
             }
         }
     }
     drop_connection();
     register_exit_once();
     let l = libpq();
-    let unreachable = |why: String| -> ! { IdError::CitusUnreachable { node: coordinator.describe(), function, why }.raise() };
-    let cinfo = CString::new(info).unwrap_or_default();
-    // SAFETY: libpq's blocking connect (bounded by connect_timeout) and
-    // prepares; the connection is finished on every path that does not keep
-    // it, and each result is cleared.
-    unsafe {
-        let conn = (l.connectdb)(cinfo.as_ptr());
-        if conn.is_null() {
-            unreachable("out of memory".into())
+    let fail = |f: Failure| -> ! {
+        drop_connection();
+        match f {
+            Failure::Broken(why) => IdError::CitusUnreachable { node: coordinator.describe(), function, why }.raise(),
+            Failure::Remote(e) => e.raise(),
         }
-        if (l.status)(conn) != CONNECTION_OK {
-            let why = message((l.error_message)(conn));
-            (l.finish)(conn);
-            unreachable(why)
+    };
+    let cinfo = CString::new(info).unwrap_or_default();
+    // SAFETY: libpq's non-blocking connect on a connection kept in
+    // CONNECTION from the start (finished by drop_connection on every path
+    // that does not keep it); each prepare's results are cleared by round_trip.
+    unsafe {
+        let conn = (l.connect_start)(cinfo.as_ptr());
+        if conn.is_null() {
+            fail(Failure::Broken("out of memory".into()))
+        }
+        *CONNECTION.borrow_mut() = Some(Connection { key, conn, state: State::Opening });
+        if let Err(f) = connect(l, conn) {
+            fail(f)
         }
         for (name, sql, param_type) in statements {
             let sql = CString::new(sql.as_str()).unwrap_or_default();
-            let res = (l.prepare)(conn, name.as_ptr(), sql.as_ptr(), 1, param_type);
-            let failed = match (l.result_status)(res) {
-                PGRES_COMMAND_OK => None,
-                _ if (l.status)(conn) != CONNECTION_OK => Some(Failure::Broken(message((l.error_message)(conn)))),
-                _ => Some(Failure::Remote(relayed(l, res))),
-            };
-            (l.clear)(res);
-            match failed {
-                None => {}
-                Some(Failure::Broken(why)) => {
-                    (l.finish)(conn);
-                    unreachable(why)
+            let prepared = round_trip(l, conn, || (l.send_prepare)(conn, name.as_ptr(), sql.as_ptr(), 1, param_type), |res| {
+                match (l.result_status)(res) {
+                    PGRES_COMMAND_OK => Ok(()),
+                    _ => Err(failure(l, conn, res)),
                 }
-                Some(Failure::Remote(e)) => {
-                    (l.finish)(conn);
-                    e.raise()
-                }
+            });
+            if let Err(f) = prepared {
+                fail(f)
             }
         }
-        *CONNECTION.borrow_mut() = Some(Connection { key, conn, in_flight: false });
-        Handle(conn)
+        set_state(State::Idle);
+        conn
+    }
+}
+
+/// Drives libpq's connection sequence to its end or to CONNECT_TIMEOUT.
+///
+/// # Safety
+/// `conn` is a live connection from PQconnectStart.
+unsafe fn connect(l: &Libpq, conn: *mut c_void) -> Result<(), Failure> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    // SAFETY: the caller's.
+    unsafe {
+        if (l.status)(conn) == CONNECTION_BAD {
+            return Err(Failure::Broken(message((l.error_message)(conn))));
+        }
+        // libpq's protocol: wait as if the last poll asked for writing.
+        let mut writing = true;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !wait(l, conn, writing, Some(left)) {
+                return Err(Failure::Broken(format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs())));
+            }
+            match (l.connect_poll)(conn) {
+                PGRES_POLLING_OK => return Ok(()),
+                PGRES_POLLING_READING => writing = false,
+                PGRES_POLLING_WRITING => writing = true,
+                _ => return Err(Failure::Broken(message((l.error_message)(conn)))),
+            }
+        }
+    }
+}
+
+/// Waits until `conn`'s socket is readable (or writable), or `timeout`
+/// passes (false), on the process latch too, so that a cancel or shutdown
+/// is raised here.
+///
+/// # Safety
+/// `conn` is a live connection.
+unsafe fn wait(l: &Libpq, conn: *mut c_void, writing: bool, timeout: Option<Duration>) -> bool {
+    let socket_event = if writing { pg_sys::WL_SOCKET_WRITEABLE } else { pg_sys::WL_SOCKET_READABLE };
+    let timeout_event = if timeout.is_some() { pg_sys::WL_TIMEOUT } else { 0 };
+    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH | socket_event | timeout_event) as c_int;
+    let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as std::ffi::c_long);
+    // SAFETY: the caller's; waits on our own latch and the connection's socket.
+    let happened = unsafe { pg_sys::WaitLatchOrSocket(pg_sys::MyLatch, events, (l.socket)(conn), ms, pg_sys::PG_WAIT_EXTENSION) };
+    // SAFETY: resets our own latch before looking for interrupts.
+    unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+    pg_sys::check_for_interrupts!();
+    happened & pg_sys::WL_TIMEOUT as c_int == 0
+}
+
+/// Sends a command with `send` and reads every result it brings with
+/// `read` (the first one counts), waiting on the socket and the latch.
+///
+/// # Safety
+/// `conn` is a live connection with nothing in flight; `send` sends on it.
+unsafe fn round_trip<T>(
+    l: &Libpq,
+    conn: *mut c_void,
+    send: impl FnOnce() -> c_int,
+    read: impl Fn(*mut c_void) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    // SAFETY: the caller's; every result is cleared.
+    unsafe {
+        if send() == 0 {
+            return Err(Failure::Broken(message((l.error_message)(conn))));
+        }
+        loop {
+            if (l.consume_input)(conn) == 0 {
+                return Err(Failure::Broken(message((l.error_message)(conn))));
+            }
+            if (l.is_busy)(conn) == 0 {
+                break;
+            }
+            wait(l, conn, false, None);
+        }
+        let mut outcome = None;
+        loop {
+            let res = (l.get_result)(conn);
+            if res.is_null() {
+                break;
+            }
+            if outcome.is_none() {
+                outcome = Some(read(res));
+            }
+            (l.clear)(res);
+        }
+        outcome.unwrap_or_else(|| Err(Failure::Broken("no answer".into())))
     }
 }
 
@@ -296,113 +416,75 @@ fn message(p: *const c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().trim_end().to_string()
 }
 
-struct Handle(*mut c_void);
-
-impl Handle {
-    /// Runs a prepared statement and parses its bigint, waiting on the
-    /// socket and the process latch, so that a cancel or shutdown interrupts it.
-    fn call(&self, statement: &CStr, value: &CStr) -> Result<i64, Failure> {
-        let l = libpq();
-        let conn = self.0;
-        let values = [value.as_ptr()];
-        // SAFETY: libpq calls on a live connection with an array of one
-        // parameter that outlives the call; the result is cleared on every path.
-        unsafe {
-            if (l.send_query_prepared)(conn, statement.as_ptr(), 1, values.as_ptr(), std::ptr::null(), std::ptr::null(), 0) == 0 {
-                return Err(Failure::Broken(message((l.error_message)(conn))));
-            }
-            set_in_flight(true);
-            loop {
-                if (l.consume_input)(conn) == 0 {
-                    return Err(Failure::Broken(message((l.error_message)(conn))));
-                }
-                if (l.is_busy)(conn) == 0 {
-                    break;
-                }
-                let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_SOCKET_READABLE | pg_sys::WL_EXIT_ON_PM_DEATH) as c_int;
-                pg_sys::WaitLatchOrSocket(pg_sys::MyLatch, events, (l.socket)(conn), -1, pg_sys::PG_WAIT_EXTENSION);
-                pg_sys::ResetLatch(pg_sys::MyLatch);
-                pg_sys::check_for_interrupts!();
-            }
-            let mut outcome = Err(Failure::Broken("no answer".into()));
-            loop {
-                let res = (l.get_result)(conn);
-                if res.is_null() {
-                    break;
-                }
-                if matches!(outcome, Err(Failure::Broken(_))) {
-                    outcome = read(l, conn, res);
-                }
-                (l.clear)(res);
-            }
-            set_in_flight(false);
-            outcome
-        }
-    }
+/// Runs a prepared statement on an idle connection and parses its bigint.
+fn run(conn: *mut c_void, statement: &CStr, value: &CStr) -> Result<i64, Failure> {
+    let l = libpq();
+    let values = [value.as_ptr()];
+    set_state(State::Busy);
+    // SAFETY: an idle connection from connection(), and an array of one
+    // parameter that outlives the call.
+    let outcome = unsafe {
+        round_trip(
+            l,
+            conn,
+            || (l.send_query_prepared)(conn, statement.as_ptr(), 1, values.as_ptr(), std::ptr::null(), std::ptr::null(), 0),
+            |res| match (l.result_status)(res) {
+                PGRES_TUPLES_OK if (l.ntuples)(res) == 1 && (l.get_is_null)(res, 0, 0) == 0 => message((l.get_value)(res, 0, 0))
+                    .parse()
+                    .map_err(|_| Failure::Broken("an answer that is not a bigint".into())),
+                PGRES_TUPLES_OK => Err(Failure::Remote(IdError::Internal("the coordinator returned no ID".into()))),
+                _ => Err(failure(l, conn, res)),
+            },
+        )
+    };
+    set_state(State::Idle);
+    outcome
 }
 
-fn set_in_flight(v: bool) {
-    if let Some(c) = CONNECTION.borrow_mut().as_mut() {
-        c.in_flight = v;
-    }
-}
-
-/// The ID in a result, or the coordinator's error as it raised it.
+/// What an error result means: the session ended (the connection broke, or
+/// the coordinator ended the session with a FATAL error: terminated, idle
+/// too long, shutting down), so the command did not run; or the coordinator
+/// raised an error, to be raised here as it was there.
 ///
 /// # Safety
 /// `res` is a live result of `conn`.
-unsafe fn read(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Result<i64, Failure> {
-    // SAFETY: the caller's.
-    unsafe {
-        match (l.result_status)(res) {
-            PGRES_TUPLES_OK if (l.ntuples)(res) == 1 && (l.get_is_null)(res, 0, 0) == 0 => message((l.get_value)(res, 0, 0))
-                .parse()
-                .map_err(|_| Failure::Broken("an answer that is not a bigint".into())),
-            PGRES_TUPLES_OK => Err(Failure::Remote(IdError::Internal("the coordinator returned no ID".into()))),
-            _ if (l.status)(conn) != CONNECTION_OK => Err(Failure::Broken(message((l.error_message)(conn)))),
-            _ => match relayed(l, res) {
-                // The session ended before the call (terminated, timed out
-                // idle, shut down): the call did not run, so it is sent again
-                // on a new session.
-                IdError::Relayed { sqlstate, message, .. } if sqlstate.starts_with("57P") || sqlstate.starts_with("08") => {
-                    Err(Failure::Broken(message))
-                }
-                e => Err(Failure::Remote(e)),
-            },
-        }
-    }
-}
-
-/// The coordinator's error in a result, to raise as it was raised there.
-///
-/// # Safety
-/// `res` is a live result.
-unsafe fn relayed(l: &Libpq, res: *mut c_void) -> IdError {
+unsafe fn failure(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Failure {
     let field = |f: u8| {
         // SAFETY: the caller's.
         let p = unsafe { (l.result_error_field)(res, f as c_int) };
         (!p.is_null()).then(|| message(p))
     };
-    IdError::Relayed {
+    // SAFETY: the caller's.
+    if unsafe { (l.status)(conn) } != CONNECTION_OK || matches!(field(b'V').as_deref(), Some("FATAL" | "PANIC")) {
+        let why = field(b'M');
+        // SAFETY: the caller's.
+        return Failure::Broken(why.unwrap_or_else(|| message(unsafe { (l.error_message)(conn) })));
+    }
+    Failure::Remote(IdError::Relayed {
         sqlstate: field(b'C').unwrap_or_else(|| "XX000".into()),
         message: field(b'M').unwrap_or_default(),
         detail: field(b'D'),
         hint: field(b'H'),
-    }
+    })
 }
 
 const CONNECTION_OK: c_int = 0;
+const CONNECTION_BAD: c_int = 1;
+const PGRES_POLLING_READING: c_int = 1;
+const PGRES_POLLING_WRITING: c_int = 2;
+const PGRES_POLLING_OK: c_int = 3;
 const PGRES_COMMAND_OK: c_int = 1;
 const PGRES_TUPLES_OK: c_int = 2;
 
 /// The libpq functions we call, resolved once per process.
 struct Libpq {
-    connectdb: unsafe extern "C" fn(*const c_char) -> *mut c_void,
+    connect_start: unsafe extern "C" fn(*const c_char) -> *mut c_void,
+    connect_poll: unsafe extern "C" fn(*mut c_void) -> c_int,
     status: unsafe extern "C" fn(*const c_void) -> c_int,
     error_message: unsafe extern "C" fn(*const c_void) -> *const c_char,
     finish: unsafe extern "C" fn(*mut c_void),
     socket: unsafe extern "C" fn(*const c_void) -> c_int,
-    prepare: unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char, c_int, *const pg_sys::Oid) -> *mut c_void,
+    send_prepare: unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char, c_int, *const pg_sys::Oid) -> c_int,
     #[allow(clippy::type_complexity)]
     send_query_prepared: unsafe extern "C" fn(
         *mut c_void,
@@ -450,12 +532,13 @@ fn libpq() -> &'static Libpq {
                 }};
             }
             Libpq {
-                connectdb: sym!(c"PQconnectdb"),
+                connect_start: sym!(c"PQconnectStart"),
+                connect_poll: sym!(c"PQconnectPoll"),
                 status: sym!(c"PQstatus"),
                 error_message: sym!(c"PQerrorMessage"),
                 finish: sym!(c"PQfinish"),
                 socket: sym!(c"PQsocket"),
-                prepare: sym!(c"PQprepare"),
+                send_prepare: sym!(c"PQsendPrepare"),
                 send_query_prepared: sym!(c"PQsendQueryPrepared"),
                 consume_input: sym!(c"PQconsumeInput"),
                 is_busy: sym!(c"PQisBusy"),

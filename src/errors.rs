@@ -73,6 +73,8 @@ pub enum IdError {
     CitusNoCoordinator,
     /// On a Citus worker, a function whose state only the coordinator holds.
     CitusWorker(&'static str),
+    /// A call forwarded to a node that is a Citus worker itself.
+    CitusForwardedToWorker(&'static str),
     /// The Citus coordinator, which mints for the whole cluster, cannot be reached.
     CitusUnreachable { node: String, function: &'static str, why: String },
     /// An error the Citus coordinator raised, raised again as it was there.
@@ -131,7 +133,7 @@ impl IdError {
             SchemaNameInvalid(_) => ERRCODE_NAME_TOO_LONG,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
             SchemaAlreadyRegistered { .. } | ShardTaken { .. } => ERRCODE_UNIQUE_VIOLATION,
-            CitusNoCoordinator | CitusWorker(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            CitusNoCoordinator | CitusWorker(_) | CitusForwardedToWorker(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             CitusUnreachable { .. } => ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             Relayed { sqlstate, .. } => sqlstate_code(sqlstate),
             Internal(_) => ERRCODE_INTERNAL_ERROR,
@@ -325,6 +327,11 @@ impl IdError {
                 format!("{f} must run on the Citus coordinator"),
                 Some("On a Citus cluster the coordinator mints every logical shard, so only its state counts.".into()),
                 Some("Run it on the coordinator.".into()),
+            ),
+            CitusForwardedToWorker(f) => (
+                format!("{f} was forwarded to a Citus worker as if it were the coordinator"),
+                Some("A worker's metadata names this node, itself a worker, as the coordinator (node group 0).".into()),
+                Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>) with the coordinator's own address.".into()),
             ),
             CitusUnreachable { node, function, why } => (
                 format!("{function} cannot reach the Citus coordinator at {node}"),

@@ -300,6 +300,54 @@ mod citus {
         assert!(third > second);
     }
 
+    /// However `shared_preload_libraries` names Citus (here by path), a
+    /// worker knows it is one and forwards: the coordinator mints (a worker
+    /// preloading `$libdir/citus` once minted locally, repeating IDs).
+    #[test]
+    fn citus_preloaded_by_its_path_is_recognized() {
+        let cluster = Cluster::start("citus_path", 1, &["shared_preload_libraries = '$libdir/citus,pg_idgen'"]);
+        let w = &cluster.workers[0];
+        let preload: String = w.client().query_one("SHOW shared_preload_libraries", &[]).unwrap().get(0);
+        assert_eq!(preload, "$libdir/citus,pg_idgen");
+        let id: i64 = w.client().query_one("SELECT next_shard_id(9)", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 9);
+        let minted = |s: &Server| -> i64 {
+            s.client().query_one("SELECT count(*) FROM id_generator_status() WHERE shard = 9", &[]).unwrap().get(0)
+        };
+        assert_eq!((minted(&cluster.coordinator), minted(w)), (1, 0), "(coordinator, worker) generators of shard 9");
+    }
+
+    /// A worker's metadata naming a worker as the coordinator (here itself,
+    /// under another name for its socket directory): the call forwarded to
+    /// it is refused there at once with 55000, not forwarded again from
+    /// session to session until the node runs out of connections.
+    #[test]
+    fn a_coordinator_entry_naming_a_worker_is_refused_at_once() {
+        let cluster = Cluster::start("citus_loop", 1, &[]);
+        let w = &cluster.workers[0];
+        let alias = std::env::temp_dir().join(format!("pg_idgen-alias-{}", std::process::id()));
+        let _ = std::fs::remove_file(&alias);
+        std::os::unix::fs::symlink(&w.dir, &alias).unwrap();
+        let mut c = w.client();
+        c.execute("UPDATE pg_dist_node SET nodename = $1 WHERE groupid = 0", &[&alias.display().to_string()]).unwrap();
+        let mut caller = w.client();
+        // Bounds the test if the call chains sessions instead.
+        caller.batch_execute("SET statement_timeout = '20s'").unwrap();
+        let started = std::time::Instant::now();
+        let e = caller.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+        let took = started.elapsed();
+        let _ = std::fs::remove_file(&alias);
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "55000", "{}", db.message());
+        assert_eq!(db.message(), "next_shard_id was forwarded to a Citus worker as if it were the coordinator");
+        assert!(took < std::time::Duration::from_secs(5), "refused after {took:?}");
+        let forwarding: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[])
+            .unwrap()
+            .get(0);
+        assert!(forwarding <= 1, "{forwarding} forwarding sessions on the worker");
+    }
+
     /// Stopped at once and restarted, the coordinator with its clock two
     /// minutes behind: no ID minted before is minted again, through any node;
     /// while the coordinator is down a worker refuses (08001) rather than mint.
