@@ -348,6 +348,65 @@ mod citus {
         assert!(forwarding <= 1, "{forwarding} forwarding sessions on the worker");
     }
 
+    /// A coordinator that accepts connections but never answers (its
+    /// postmaster stopped with SIGSTOP): a worker's wait for it ends at a
+    /// statement timeout (57014) or cancel, and otherwise gives up after
+    /// 10 s with 08001; once it answers again, minting on the worker goes on.
+    #[test]
+    fn waiting_for_a_silent_coordinator_can_be_cancelled_and_is_bounded() {
+        let cluster = Cluster::start("citus_silent", 1, &[]);
+        let w = &cluster.workers[0];
+        let data = cluster.coordinator.data();
+        let pid = std::fs::read_to_string(format!("{data}/postmaster.pid")).unwrap().lines().next().unwrap().to_string();
+        let signal = |s: &str| assert!(std::process::Command::new("kill").args([s, &pid]).status().unwrap().success());
+        /// Lets the coordinator go on whatever happens below.
+        struct Resume<'a>(&'a dyn Fn(&str));
+        impl Drop for Resume<'_> {
+            fn drop(&mut self) {
+                (self.0)("-CONT");
+            }
+        }
+        let (mut timed, mut waiting) = (w.client(), w.client());
+        timed.batch_execute("SET statement_timeout = '2s'").unwrap();
+        signal("-STOP");
+        let resume = Resume(&signal);
+        let started = std::time::Instant::now();
+        let e = timed.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+        let cancelled = started.elapsed();
+        let started = std::time::Instant::now();
+        let e2 = waiting.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+        let gave_up = started.elapsed();
+        drop(resume);
+        assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("57014"), "{e}");
+        assert!(cancelled < std::time::Duration::from_secs(5), "cancelled after {cancelled:?}");
+        let db = e2.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.detail().unwrap_or_default().contains("timeout expired after 10 s"), "{:?}", db.detail());
+        assert!(gave_up >= std::time::Duration::from_secs(9) && gave_up < std::time::Duration::from_secs(15), "gave up after {gave_up:?}");
+        let id: i64 = waiting.query_one("SELECT next_shard_id(7)", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 7);
+    }
+
+    /// A worker forwards as the current role, so a role that cannot log in
+    /// cannot mint there (08001, naming the coordinator), while the
+    /// coordinator mints for it.
+    #[test]
+    fn a_role_that_cannot_log_in_mints_on_the_coordinator_only() {
+        let cluster = Cluster::start("citus_nologin", 1, &[]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute("CREATE ROLE nologin_minter NOLOGIN; GRANT USAGE ON SCHEMA public TO nologin_minter").unwrap();
+        let mut w = cluster.workers[0].client();
+        w.batch_execute("SET ROLE nologin_minter").unwrap();
+        let e = w.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.message().starts_with("next_shard_id cannot reach the Citus coordinator at "), "{}", db.message());
+        assert!(db.detail().unwrap_or_default().contains("not permitted to log in"), "{:?}", db.detail());
+        c.batch_execute("SET ROLE nologin_minter").unwrap();
+        let id: i64 = c.query_one("SELECT next_shard_id(7)", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 7);
+    }
+
     /// Stopped at once and restarted, the coordinator with its clock two
     /// minutes behind: no ID minted before is minted again, through any node;
     /// while the coordinator is down a worker refuses (08001) rather than mint.
