@@ -511,6 +511,8 @@ extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
 }
 
+// Each transmute's target is the type of the field it fills.
+#[allow(clippy::missing_transmute_annotations)]
 fn libpq() -> &'static Libpq {
     static LIBPQ: once_cell::sync::OnceCell<Libpq> = once_cell::sync::OnceCell::new();
     LIBPQ.get_or_init(|| {

@@ -52,6 +52,7 @@
 //!   keeps those rows, so they reach the original and raise exactly as
 //!   without the rewrite; the upper bound keeps them anyway (its bound is at
 //!   least -1). `uuid_v7_ts` never raises (NULL for other versions).
+//!
 //! What it does not promise: PostgreSQL does not define the evaluation order
 //! of the other conditions of a query, and the added range can change the
 //! plan (an index scan instead of a sequential one, another join order).
