@@ -77,6 +77,46 @@ pub fn query_rows<R>(
     })
 }
 
+/// Every row of a read-only query, as text, read under a snapshot taken now
+/// rather than the transaction's or the statement's: it sees what other
+/// sessions committed since those began. For state that decides where IDs
+/// are minted (Citus's metadata, when a node joins), which must never be
+/// read as it was.
+pub fn query_text_rows_now(sql: &CStr) -> Vec<Vec<Option<String>>> {
+    pinned(|| {
+        Spi::connect(|_| {
+            // SAFETY: SPI is connected for this closure; the plan, the
+            // snapshot and the result table live until SPI_finish, and every
+            // value is copied out before then.
+            unsafe {
+                let plan = pg_sys::SPI_prepare(sql.as_ptr(), 0, std::ptr::null_mut());
+                if plan.is_null() {
+                    let code = pg_sys::SPI_result;
+                    IdError::Internal(format!("SPI_prepare failed: {code}")).raise()
+                }
+                let snapshot = pg_sys::GetLatestSnapshot();
+                let rc = pg_sys::SPI_execute_snapshot(plan, std::ptr::null_mut(), std::ptr::null(), snapshot, std::ptr::null_mut(), true, false, 0);
+                if rc != pg_sys::SPI_OK_SELECT as i32 {
+                    IdError::Internal(format!("SPI_execute_snapshot returned {rc}")).raise()
+                }
+                let table = pg_sys::SPI_tuptable;
+                let columns = (*(*table).tupdesc).natts;
+                (0..pg_sys::SPI_processed as usize)
+                    .map(|i| {
+                        let tuple = *(*table).vals.add(i);
+                        (1..=columns)
+                            .map(|f| {
+                                let v = pg_sys::SPI_getvalue(tuple, (*table).tupdesc, f);
+                                (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned())
+                            })
+                            .collect()
+                    })
+                    .collect()
+            }
+        })
+    })
+}
+
 /// Runs a statement that may write.
 pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
     pinned(|| Spi::run_with_args(sql, args).or_raise())

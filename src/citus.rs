@@ -113,17 +113,17 @@ fn look_up_coordinator() -> Option<Coordinator> {
     if !catalog::extension_installed(c"citus") {
         return None;
     }
-    let rows = catalog::query_rows(
-        "SELECT n.nodename::text, n.nodeport
-           FROM pg_catalog.pg_dist_local_group l
-           LEFT JOIN pg_catalog.pg_dist_node n ON n.groupid = 0 AND n.noderole = 'primary'
-          WHERE l.groupid <> 0",
-        &[],
-        |row| Ok((row.get::<String>(1)?, row.get::<i32>(2)?)),
+    // As of now: a session whose snapshot predates this node's joining the
+    // cluster must still see that it is a worker.
+    let rows = catalog::query_text_rows_now(
+        c"SELECT n.nodename::text, n.nodeport
+            FROM pg_catalog.pg_dist_local_group l
+            LEFT JOIN pg_catalog.pg_dist_node n ON n.groupid = 0 AND n.noderole = 'primary'
+           WHERE l.groupid <> 0",
     );
-    match rows.into_iter().next() {
+    match rows.into_iter().next().as_deref() {
         None => None,
-        Some((Some(host), Some(port))) => Some(Coordinator { host, port }),
+        Some([Some(host), Some(port)]) => Some(Coordinator { host: host.clone(), port: port.parse().unwrap_or_default() }),
         Some(_) => IdError::CitusNoCoordinator.raise(),
     }
 }

@@ -330,8 +330,8 @@ impl IdError {
             ),
             CitusForwardedToWorker(f) => (
                 format!("{f} was forwarded to a Citus worker as if it were the coordinator"),
-                Some("A worker's metadata names this node, itself a worker, as the coordinator (node group 0).".into()),
-                Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>) with the coordinator's own address.".into()),
+                Some("This session's application_name is the one pg_idgen gives the sessions a worker opens on the coordinator, and this node is a worker: a worker's metadata names it as the coordinator (node group 0), or a client took that name.".into()),
+                Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>) with the coordinator's own address; a client must use another application_name.".into()),
             ),
             CitusUnreachable { node, function, why } => (
                 format!("{function} cannot reach the Citus coordinator at {node}"),

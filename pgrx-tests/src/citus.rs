@@ -49,7 +49,17 @@ impl Cluster {
 
     /// Starts one more worker and adds it to the cluster.
     pub fn add_worker(&mut self) -> &Server {
-        let worker = node(&format!("{}-worker{}", self.name, self.workers.len() + 1), &self.conf);
+        let worker = self.start_node();
+        self.join(worker)
+    }
+
+    /// Starts a node configured as the others are, not yet in the cluster.
+    pub fn start_node(&self) -> Server {
+        node(&format!("{}-worker{}", self.name, self.workers.len() + 1), &self.conf)
+    }
+
+    /// Adds a started node to the cluster as a worker.
+    pub fn join(&mut self, worker: Server) -> &Server {
         self.coordinator
             .client()
             .execute("SELECT citus_add_node($1, $2)", &[&node_name(&worker), &(PORT as i32)])
