@@ -135,6 +135,16 @@ pub fn shared_reservation_ms() -> i64 {
         .map_or(0, |m| m.reserved_ms.load(Ordering::Acquire))
 }
 
+/// What the first mint in the current database since the server started
+/// (or was promoted) will raise the generators above, in Unix ms: its
+/// persisted mark and the last transaction replayed. 0 once it is loaded.
+pub fn unloaded_floor_ms() -> i64 {
+    if shared_reservation_ms() != 0 {
+        return 0;
+    }
+    persisted_ms().max(last_replayed_commit_ms())
+}
+
 /// Whether a database exists (a dropped one's mark entry can be reused).
 fn database_exists(dboid: u32) -> bool {
     // SAFETY: a syscache existence probe; no locks kept.

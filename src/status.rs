@@ -82,13 +82,30 @@ fn id_generator_server_status() -> TableIterator<
         name!(uuid_minted, i64),
         name!(uuid_clock_regressions, i64),
         name!(uuid_lead_ms, i64),
+        name!(mark_lead_ms, i64),
+        name!(minting_resumes_at, Option<TimestampWithTimeZone>),
     ),
 > {
     let state = shared::state().or_raise();
     let epoch = settings::configured_epoch_ms();
     let now_ms = clock::unix_us().div_euclid(1000);
     let reserved = mark::shared_reservation_ms();
-    let (_, _, uuid_lead) = last_and_lead(&state.uuid, UUID_TICKS, now_ms);
+    let (uuid_ms, _, uuid_lead) = last_and_lead(&state.uuid, UUID_TICKS, now_ms);
+    // What minting must stay above (Unix ms): the generators' last values,
+    // and, before this database's first mint since a start or promotion, what
+    // that mint will raise them above. Past the lead bound, minting refuses
+    // until the clock is within the bound of it.
+    let floor_ms = state
+        .shards
+        .iter()
+        .map(|slot| slot.last.load(Ordering::Acquire))
+        .filter(|last| *last != RETIRED)
+        .map(|last| (last >> ID_TICKS.bits) as i64 + epoch)
+        .chain([uuid_ms, mark::unloaded_floor_ms()])
+        .max()
+        .unwrap_or(0);
+    let mark_lead = (floor_ms - now_ms).max(0);
+    let max_lead = settings::max_clock_lead_ms();
     TableIterator::once((
         timestamptz(layout::timestamptz_of_ms(0, epoch)),
         timestamptz(layout::timestamptz_of_ms(MAX_MS, epoch)),
@@ -98,6 +115,8 @@ fn id_generator_server_status() -> TableIterator<
         state.uuid.minted.load(Ordering::Relaxed) as i64,
         state.uuid.clock_regressions.load(Ordering::Relaxed) as i64,
         uuid_lead,
+        mark_lead,
+        (mark_lead > max_lead).then(|| timestamptz(layout::timestamptz_of_ms(floor_ms - max_lead, 0))),
     ))
 }
 
@@ -131,9 +150,10 @@ mod tests {
                     || ' ' || (years_left BETWEEN 30 AND 35)
                     || ' ' || (persisted_mark >= (SELECT max(last_ts) FROM id_generator_status()))
                     || ' ' || (reserved_until = persisted_mark)
+                    || ' ' || (mark_lead_ms BETWEEN 0 AND 1000) || ' ' || (minting_resumes_at IS NULL)
                FROM id_generator_server_status()",
         );
-        assert_eq!(row, "true true true true true");
+        assert_eq!(row, "true true true true true true true");
     }
 
     #[pg_test]

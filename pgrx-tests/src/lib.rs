@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 pub use postgres;
 
 pub mod citus;
+pub mod patroni;
 use postgres::{Client, NoTls};
 
 /// The port number names the socket file; with no TCP listener it only has
@@ -406,9 +407,12 @@ pub fn unpack_package(pkg: &Path, into: &Path) -> PathBuf {
     }
 }
 
+/// Debian's libfaketime, which shifts a server's clock.
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// The environment that runs a server under libfaketime with the offset in `file`.
 fn faketime_env(file: &str) -> Vec<(String, String)> {
-    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    let lib = FAKETIME_LIB;
     assert!(Path::new(lib).exists(), "{lib} is missing: install Debian's faketime package");
     [
         ("LD_PRELOAD", lib),

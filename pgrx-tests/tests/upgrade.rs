@@ -295,7 +295,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     let mark: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.3.0");
+    assert_eq!(version, "0.4.0");
     let after: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
     assert!(after >= mark, "the mark is kept");
     let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
@@ -387,7 +387,7 @@ fn update_from_0_2_0(server: &Server, c: &mut Client, old_max: i64) {
     c.batch_execute("DELETE FROM insta5.photos WHERE n = 0").unwrap();
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.3.0");
+    assert_eq!(version, "0.4.0");
     check(c, old_max);
     registry_follows_schemas(c);
     assert_same_objects_as_a_fresh_install(server, c);
