@@ -665,15 +665,22 @@ impl Workload {
     }
 
     /// Stops the clients; returns what they logged, the acknowledgements in order of their end.
-    pub fn stop(self) -> (Vec<Ack>, Vec<Failure>) {
+    pub fn stop(mut self) -> (Vec<Ack>, Vec<Failure>) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        for t in self.threads {
+        for t in std::mem::take(&mut self.threads) {
             t.join().unwrap();
         }
         let mut acks = std::mem::take(&mut *self.acks.lock().unwrap());
         acks.sort_by_key(|a| a.end);
         let failures = std::mem::take(&mut *self.failures.lock().unwrap());
         (acks, failures)
+    }
+}
+
+impl Drop for Workload {
+    /// A test that fails midway stops its clients too.
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
