@@ -136,8 +136,6 @@ pub struct Config {
     pub nodes: usize,
     /// Synchronous mode, with every replica in the sync set.
     pub synchronous: bool,
-    /// Further PostgreSQL parameters, set in the DCS (YAML values).
-    pub parameters: Vec<(String, String)>,
     /// SQL the `post_bootstrap` script runs after `CREATE EXTENSION pg_idgen`.
     pub post_bootstrap_sql: String,
 }
@@ -268,20 +266,6 @@ impl Cluster {
             .status()
             .unwrap();
 
-        let mut parameters = vec![
-            (
-                "shared_preload_libraries".to_string(),
-                "pg_idgen".to_string(),
-            ),
-            ("max_connections".into(), "50".into()),
-            ("wal_log_hints".into(), "'on'".into()),
-            ("fsync".into(), "'off'".into()),
-        ];
-        parameters.extend(config.parameters.iter().cloned());
-        let parameters: String = parameters
-            .iter()
-            .map(|(k, v)| format!("        {k}: {v}\n"))
-            .collect();
         let sync = if config.synchronous {
             format!(
                 "    synchronous_mode: true\n    synchronous_node_count: {}\n",
@@ -316,7 +300,11 @@ bootstrap:
 {sync}    postgresql:
       use_pg_rewind: true
       parameters:
-{parameters}  initdb:
+        shared_preload_libraries: pg_idgen
+        max_connections: 50
+        wal_log_hints: 'on'
+        fsync: 'off'
+  initdb:
     - encoding: UTF8
     - locale: C
   post_bootstrap: {post}

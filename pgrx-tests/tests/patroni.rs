@@ -99,25 +99,27 @@ mod patroni {
         }
     }
 
+    /// etcd and a cluster of `nodes` with the events table, and three clients
+    /// inserting into it for 5 s already. (Dropped in reverse: clients, cluster, etcd.)
+    fn under_load(scope: &str, nodes: usize, synchronous: bool) -> (Etcd, Cluster, Workload) {
+        require_patroni();
+        let dir = harness::test_dir(scope);
+        let etcd = Etcd::start(&dir);
+        let config = Config { nodes, synchronous, post_bootstrap_sql: TABLE.into() };
+        let cluster = Cluster::start(&etcd, &dir, scope, &config);
+        let workload = Workload::start(&cluster.conninfo(), 3, INSERT);
+        workload.wait_for_ack_after(Instant::now(), 30);
+        std::thread::sleep(Duration::from_secs(5));
+        (etcd, cluster, workload)
+    }
+
     /// Synchronous mode, three nodes, every replica in the sync set; four events
     /// under a workload of three clients: nothing acknowledged is lost, no ID
     /// or UUID repeats, each statement that began after another was
     /// acknowledged gets a larger ID and UUID, and every outage is bounded.
     #[test]
     fn failovers_under_patroni_lose_and_repeat_nothing() {
-        require_patroni();
-        let dir = harness::test_dir("sync");
-        let etcd = Etcd::start(&dir);
-        let config = Config {
-            nodes: 3,
-            synchronous: true,
-            parameters: vec![],
-            post_bootstrap_sql: TABLE.into(),
-        };
-        let cluster = Cluster::start(&etcd, &dir, "sync", &config);
-        let workload = Workload::start(&cluster.conninfo(), 3, INSERT);
-        workload.wait_for_ack_after(Instant::now(), 30);
-        std::thread::sleep(Duration::from_secs(5));
+        let (_etcd, cluster, workload) = under_load("sync", 3, true);
 
         let mut events = Vec::new();
         let mut event = |name: &'static str, act: &dyn Fn(usize) -> usize| {
@@ -331,19 +333,7 @@ mod patroni {
     /// an ID, and it mints above everything it replayed.
     #[test]
     fn asynchronous_replication_under_a_killed_primary_is_measured() {
-        require_patroni();
-        let dir = harness::test_dir("async");
-        let etcd = Etcd::start(&dir);
-        let config = Config {
-            nodes: 2,
-            synchronous: false,
-            parameters: vec![],
-            post_bootstrap_sql: TABLE.into(),
-        };
-        let cluster = Cluster::start(&etcd, &dir, "async", &config);
-        let workload = Workload::start(&cluster.conninfo(), 3, INSERT);
-        workload.wait_for_ack_after(Instant::now(), 30);
-        std::thread::sleep(Duration::from_secs(5));
+        let (_etcd, cluster, workload) = under_load("async", 2, false);
         let leader = cluster.wait_healthy();
         let start = Instant::now();
         cluster.crash_postgres(leader);
@@ -420,7 +410,6 @@ mod patroni {
             &Config {
                 nodes: 2,
                 synchronous: true,
-                parameters: vec![],
                 post_bootstrap_sql: String::new(),
             },
         );
@@ -431,7 +420,6 @@ mod patroni {
             &Config {
                 nodes: 1,
                 synchronous: false,
-                parameters: vec![],
                 post_bootstrap_sql: String::new(),
             },
         );
