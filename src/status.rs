@@ -90,20 +90,22 @@ fn id_generator_server_status() -> TableIterator<
     let epoch = settings::configured_epoch_ms();
     let now_ms = clock::unix_us().div_euclid(1000);
     let reserved = mark::shared_reservation_ms();
-    let (uuid_ms, _, uuid_lead) = last_and_lead(&state.uuid, UUID_TICKS, now_ms);
-    // What minting must stay above (Unix ms): the generators' last values,
-    // and, before this database's first mint since a start or promotion, what
-    // that mint will raise them above. Past the lead bound, minting refuses
-    // until the clock is within the bound of it.
+    let (_, _, uuid_lead) = last_and_lead(&state.uuid, UUID_TICKS, now_ms);
+    // What every shard must stay above (Unix ms): the lowest of the
+    // generators' last values (a start, crash recovery or promotion raises
+    // them all alike; a shard ahead of that shows in id_generator_status),
+    // and, before this database's first mint since then, what that mint will
+    // raise them above. Past the lead bound minting refuses until the clock
+    // is within the bound of it.
     let floor_ms = state
         .shards
         .iter()
         .map(|slot| slot.last.load(Ordering::Acquire))
         .filter(|last| *last != RETIRED)
         .map(|last| (last >> ID_TICKS.bits) as i64 + epoch)
-        .chain([uuid_ms, mark::unloaded_floor_ms()])
-        .max()
-        .unwrap_or(0);
+        .min()
+        .unwrap_or(0)
+        .max(mark::unloaded_floor_ms());
     let mark_lead = (floor_ms - now_ms).max(0);
     let max_lead = settings::max_clock_lead_ms();
     TableIterator::once((
