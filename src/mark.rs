@@ -136,13 +136,14 @@ pub fn shared_reservation_ms() -> i64 {
 }
 
 /// What the first mint in the current database since the server started
-/// (or was promoted) will raise the generators above, in Unix ms: its
-/// persisted mark and the last transaction replayed. 0 once it is loaded.
-pub fn unloaded_floor_ms() -> i64 {
-    if shared_reservation_ms() != 0 {
+/// (or was promoted) will raise the generators above, in Unix ms, given its
+/// reservation in shared memory and its persisted mark: that mark and the
+/// last transaction replayed. 0 once the mark is loaded (a reservation is held).
+pub fn floor_to_load_ms(reserved_ms: i64, persisted_ms: i64) -> i64 {
+    if reserved_ms != 0 {
         return 0;
     }
-    persisted_ms().max(last_replayed_commit_ms())
+    persisted_ms.max(last_replayed_commit_ms())
 }
 
 /// Whether a database exists (a dropped one's mark entry can be reused).

@@ -90,6 +90,7 @@ fn id_generator_server_status() -> TableIterator<
     let epoch = settings::configured_epoch_ms();
     let now_ms = clock::unix_us().div_euclid(1000);
     let reserved = mark::shared_reservation_ms();
+    let persisted = mark::persisted_ms();
     let (_, _, uuid_lead) = last_and_lead(&state.uuid, UUID_TICKS, now_ms);
     // What every shard must stay above (Unix ms): the lowest of the
     // generators' last values (a start, crash recovery or promotion raises
@@ -105,14 +106,14 @@ fn id_generator_server_status() -> TableIterator<
         .map(|last| (last >> ID_TICKS.bits) as i64 + epoch)
         .min()
         .unwrap_or(0)
-        .max(mark::unloaded_floor_ms());
+        .max(mark::floor_to_load_ms(reserved, persisted));
     let mark_lead = (floor_ms - now_ms).max(0);
     let max_lead = settings::max_clock_lead_ms();
     TableIterator::once((
         timestamptz(layout::timestamptz_of_ms(0, epoch)),
         timestamptz(layout::timestamptz_of_ms(MAX_MS, epoch)),
         (MAX_MS + epoch - now_ms) as f64 / MS_PER_YEAR,
-        timestamptz(layout::timestamptz_of_ms(mark::persisted_ms(), 0)),
+        timestamptz(layout::timestamptz_of_ms(persisted, 0)),
         (reserved != 0).then(|| timestamptz(layout::timestamptz_of_ms(reserved, 0))),
         state.uuid.minted.load(Ordering::Relaxed) as i64,
         state.uuid.clock_regressions.load(Ordering::Relaxed) as i64,

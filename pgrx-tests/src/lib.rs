@@ -313,18 +313,7 @@ impl Server {
 
     /// A session of role `user` in database `db`.
     pub fn client_as(&self, db: &str, user: &str) -> Client {
-        let conninfo = format!("host={} port={PORT} user={user} dbname={db}", self.dir.display());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match Client::connect(&conninfo, NoTls) {
-                Ok(c) => return c,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => panic!("cannot connect: {e}\n{}", self.log()),
-            }
-        }
+        connect(&format!("host={} port={PORT} user={user} dbname={db}", self.dir.display()), || self.log())
     }
 }
 
@@ -407,15 +396,27 @@ pub fn unpack_package(pkg: &Path, into: &Path) -> PathBuf {
     }
 }
 
+/// A session on `conninfo`, retried for up to 30 s while the server starts;
+/// fails the test with the error and what `context` says (a server log).
+fn connect(conninfo: &str, context: impl FnOnce() -> String) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Client::connect(conninfo, NoTls) {
+            Ok(c) => return c,
+            Err(e) if Instant::now() >= deadline => panic!("cannot connect to {conninfo}: {e}\n{}", context()),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
 /// Debian's libfaketime, which shifts a server's clock.
 const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// The environment that runs a server under libfaketime with the offset in `file`.
 fn faketime_env(file: &str) -> Vec<(String, String)> {
-    let lib = FAKETIME_LIB;
-    assert!(Path::new(lib).exists(), "{lib} is missing: install Debian's faketime package");
+    assert!(Path::new(FAKETIME_LIB).exists(), "{FAKETIME_LIB} is missing: install Debian's faketime package");
     [
-        ("LD_PRELOAD", lib),
+        ("LD_PRELOAD", FAKETIME_LIB),
         ("FAKETIME_TIMESTAMP_FILE", file),
         ("FAKETIME_NO_CACHE", "1"),
         // Shift only the wall clock: PostgreSQL's timers use the monotonic one.

@@ -172,16 +172,7 @@ impl Node {
     }
 
     pub fn client(&self) -> Client {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match Client::connect(&self.conninfo(), NoTls) {
-                Ok(c) => return c,
-                Err(e) if Instant::now() > deadline => {
-                    panic!("cannot connect to {}: {e}", self.name)
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        crate::connect(&self.conninfo(), || self.log())
     }
 
     pub fn log(&self) -> String {
