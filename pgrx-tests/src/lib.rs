@@ -199,7 +199,9 @@ impl Server {
         check(
             "pg_basebackup",
             as_owner(&server.bin("pg_basebackup"))
-                .args(["-D", &server.data(), "-R", "-X", "stream", "-U", "postgres", "-d", &primary.conninfo("postgres")])
+                // An immediate checkpoint: a spread one sleeps 100 ms per
+                // dirty buffer written ahead of schedule, a minute here.
+                .args(["-D", &server.data(), "-R", "-X", "stream", "-c", "fast", "-U", "postgres", "-d", &primary.conninfo("postgres")])
                 .output(),
         );
         let mut all = vec![format!("unix_socket_directories = '{}'", server.dir.display())];
