@@ -135,7 +135,7 @@ fn pg_upgrade_to_a_new_cluster_keeps_every_id_space() {
 /// pg_upgrade to a later major, between two installations each with this
 /// release's package, as scripts/test names them: `PG_IDGEN_UPGRADE_FROM`
 /// (default: the installation under test) and `PG_IDGEN_UPGRADE_TO` (their
-/// program directories; 16 to the 16 wheel's 18). Registry,
+/// program directories; 16 to the 16 wheel's 18, 17 to the 18 wheel). Registry,
 /// claims, release and mark kept, new IDs above old ones.
 #[test]
 fn pg_upgrade_to_a_later_major_keeps_every_id_space() {
