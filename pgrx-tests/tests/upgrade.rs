@@ -330,48 +330,73 @@ fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'").unwrap();
     let old_max = fill(&mut c);
-    update_from_0_2_0(&server, &mut c, old_max);
+    update_with_this_library(&server, &mut c, old_max);
     let _ = std::fs::remove_file(installed);
 }
 
-/// The release users have: the 0.2.0 library and SQL built from its commit
-/// (scripts/previous-release, named by `PG_IDGEN_PREVIOUS`), installed in a
-/// copy of the installation, used, then this release's package installed
-/// over it and the server restarted, as the README says to update.
-#[test]
-fn update_from_the_previous_release_as_built_from_its_tag() {
-    let previous = std::env::var("PG_IDGEN_PREVIOUS")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .expect("PG_IDGEN_PREVIOUS names the previous release's build (scripts/previous-release); scripts/test reports this test as skipped without it");
+/// A release as its users have it: its library and SQL built from the
+/// commit it landed as (scripts/previous-release, named by
+/// `PG_IDGEN_RELEASE_0_2_0` or `PG_IDGEN_RELEASE_0_3_0`), installed in a copy
+/// of the installation, used (`before` checks it is the old library that
+/// runs), then this release's package installed over it and the server
+/// restarted, as the README says to update; then the update itself.
+fn update_from_the_release(release: &str, before: fn(&mut Client)) {
+    let var = format!("PG_IDGEN_RELEASE_{}", release.replace('.', "_"));
+    let built = std::env::var(&var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
+        panic!("{var} names the {release} release's build (scripts/previous-release); scripts/test reports this test as skipped without it")
+    });
     let package = std::env::var("PG_IDGEN_PACKAGE").expect("PG_IDGEN_PACKAGE names the package under test: run the suite with scripts/test");
-    let installation = Installation::copy("previous");
-    installation.install(Path::new(&previous));
-    let mut server = Server::init_in(&installation.bindir, "previous", &["shared_preload_libraries = 'pg_idgen'"]);
+    // Declared before the server: the server stops before the copy it runs from is removed.
+    let installation = Installation::copy(&format!("release-{release}"));
+    installation.install(Path::new(&built));
+    let mut server = Server::init_in(&installation.bindir, &format!("release-{release}"), &["shared_preload_libraries = 'pg_idgen'"]);
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.2.0", "the previous release's default version");
-    // The 0.2.0 library is the one loaded: it has no pg_idgen.max_databases (0.3.0's).
-    assert_eq!(sqlstate(c.query_one("SHOW pg_idgen.max_databases", &[])), "42704");
+    assert_eq!(version, release, "the release's default version");
+    let library = |dir: &Path| std::fs::read(dir.join("pg_idgen.so")).unwrap();
+    let unpacked = std::env::temp_dir().join(format!("pg_idgen_e2e/release-{release}-package-{}", std::process::id()));
+    let new = unpack_package(Path::new(&package), &unpacked);
+    assert!(
+        library(&installation.pkglibdir) == library(&Path::new(&built).join("lib")) && library(&installation.pkglibdir) != library(&new.join("lib")),
+        "the server runs the {release} release's library, not this one's"
+    );
+    before(&mut c);
     let old_max = fill(&mut c);
     drop(c);
     server.stop("fast");
-    let unpacked = std::env::temp_dir().join(format!("pg_idgen_e2e/previous-package-{}", std::process::id()));
-    installation.install(&unpack_package(Path::new(&package), &unpacked));
+    installation.install(&new);
     let _ = std::fs::remove_dir_all(&unpacked);
     server.start_process();
     let mut c = server.client();
-    let setting: String = c.query_one("SHOW pg_idgen.max_databases", &[]).unwrap().get(0);
-    assert_eq!(setting, "1000", "the new library is loaded");
-    update_from_0_2_0(&server, &mut c, old_max);
+    let has: bool = c
+        .query_one("SELECT 'mark_lead_ms' = ANY (proargnames) FROM pg_proc WHERE proname = 'id_generator_server_status'", &[])
+        .unwrap()
+        .get(0);
+    assert!(!has, "the release's status function, without 0.4.0's columns, until the update");
+    update_with_this_library(&server, &mut c, old_max);
 }
 
-/// With the 0.2.0 objects and this library, before and after ALTER
-/// EXTENSION UPDATE: everything works before, and is kept and equal to a
-/// fresh install after.
-fn update_from_0_2_0(server: &Server, c: &mut Client, old_max: i64) {
-    // The new library with the 0.2.0 objects, before ALTER EXTENSION UPDATE:
+#[test]
+fn update_from_the_0_2_0_release_as_built_from_its_commit() {
+    update_from_the_release("0.2.0", |c| {
+        // The 0.2.0 library is the one loaded: it has no pg_idgen.max_databases (0.3.0's).
+        assert_eq!(sqlstate(c.query_one("SHOW pg_idgen.max_databases", &[])), "42704");
+    });
+}
+
+#[test]
+fn update_from_the_0_3_0_release_as_built_from_its_commit() {
+    // 0.3.0 differs from this release only in the status function's columns,
+    // which its own SQL does not ask for: the library file tells them apart.
+    update_from_the_release("0.3.0", |_| {});
+}
+
+/// With an earlier release's objects and this library, before and after
+/// ALTER EXTENSION UPDATE: everything works before, and is kept and equal to
+/// a fresh install after, where this library's status columns are read.
+fn update_with_this_library(server: &Server, c: &mut Client, old_max: i64) {
+    // The new library with the old objects, before ALTER EXTENSION UPDATE:
     // DEFAULTs mint, registration, renames and drops work, status reads.
     c.batch_execute(
         "INSERT INTO insta5.photos (n) VALUES (0);
@@ -388,6 +413,13 @@ fn update_from_0_2_0(server: &Server, c: &mut Client, old_max: i64) {
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
     assert_eq!(version, "0.4.0");
+    // This library answers the new status columns (an old one leaves the
+    // last two NULL: it returns eight values), and minting is not stopped.
+    let (lead, running): (Option<i64>, bool) = c
+        .query_one("SELECT mark_lead_ms, minting_resumes_at IS NULL FROM id_generator_server_status()", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert!(lead.is_some() && running, "mark_lead_ms {lead:?}, minting_resumes_at NULL: {running}");
     check(c, old_max);
     registry_follows_schemas(c);
     assert_same_objects_as_a_fresh_install(server, c);
