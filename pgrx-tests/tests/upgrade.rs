@@ -357,8 +357,9 @@ fn update_from_the_release(release: &str, before: fn(&mut Client)) {
     let library = |dir: &Path| std::fs::read(dir.join("pg_idgen.so")).unwrap();
     let unpacked = std::env::temp_dir().join(format!("pg_idgen_e2e/release-{release}-package-{}", std::process::id()));
     let new = unpack_package(Path::new(&package), &unpacked);
+    let running = library(&installation.pkglibdir);
     assert!(
-        library(&installation.pkglibdir) == library(&Path::new(&built).join("lib")) && library(&installation.pkglibdir) != library(&new.join("lib")),
+        running == library(&Path::new(&built).join("lib")) && running != library(&new.join("lib")),
         "the server runs the {release} release's library, not this one's"
     );
     before(&mut c);
