@@ -117,6 +117,19 @@ pub fn query_text_rows_now(sql: &CStr) -> Vec<Vec<Option<String>>> {
     })
 }
 
+/// Runs `f` under a snapshot taken now, pushed as the active one: it sees
+/// every change committed before (and this transaction's own), and lets SPI
+/// run where no statement's snapshot is active (at pre-commit).
+pub fn with_latest_snapshot<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: a fresh snapshot, pushed here and popped below (an error in
+    // between is cleaned up by the transaction's abort).
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let result = f();
+    // SAFETY: pops the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    result
+}
+
 /// Runs a statement that may write.
 pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
     pinned(|| Spi::run_with_args(sql, args).or_raise())
@@ -171,6 +184,15 @@ fn scan_extension_schema() -> Option<pg_sys::Oid> {
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         nsp
+    }
+}
+
+/// The name of the current database.
+pub fn database_name() -> String {
+    // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.
+    unsafe {
+        let p = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        if p.is_null() { String::new() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
     }
 }
 
@@ -259,6 +281,31 @@ pub fn lock(rel: pg_sys::Oid, mode: u32) {
 pub fn unlock(rel: pg_sys::Oid, mode: u32) {
     // SAFETY: releases a lock taken by `lock`.
     unsafe { pg_sys::UnlockRelationOid(rel, mode as pg_sys::LOCKMODE) };
+}
+
+/// Whether this transaction changed a sequence of ours: `setval`, `nextval`
+/// and `ALTER SEQUENCE` take a RowExclusiveLock on it that is held until the
+/// transaction ends (so do reads through `pg_sequence_last_value`).
+pub fn sequence_touched(seq: pg_sys::Oid) -> bool {
+    // SAFETY: MyDatabaseId is set in a connected backend; the tag is built as
+    // SET_LOCKTAG_RELATION does, and LockHeldByMe only reads this backend's
+    // own lock table.
+    unsafe {
+        let tag = pg_sys::LOCKTAG {
+            locktag_field1: pg_sys::MyDatabaseId.to_u32(),
+            locktag_field2: seq.to_u32(),
+            locktag_field3: 0,
+            locktag_field4: 0,
+            locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
+            locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+        };
+        let mode = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+        #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
+        let held = pg_sys::LockHeldByMe(&tag, mode);
+        #[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16")))]
+        let held = pg_sys::LockHeldByMe(&tag, mode, false);
+        held
+    }
 }
 
 /// The last value of a sequence of ours (0 before its first value).

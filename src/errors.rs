@@ -21,6 +21,10 @@ pub enum IdError {
     ClockOutOfRange,
     /// Minting would put an ID's time further ahead of the clock than allowed.
     ClockBehind { shard: Option<i32>, ahead_ms: i64, max_lead_ms: i64 },
+    /// This database's high-water mark (restored, upgraded, or replayed from
+    /// a server whose clock was ahead) is further ahead of the clock than the
+    /// lead bound: this database refuses, the others go on.
+    MarkAhead { database: String, ahead_ms: i64, max_lead_ms: i64, resumes_at: String },
     NotPreloaded,
     /// A function of the library called where the extension is not (fully) installed.
     NotInstalled,
@@ -112,7 +116,7 @@ impl IdError {
         match self {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             TimeOutOfRange | TimeOutOfRangeFor { .. } | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
-            ClockBehind { .. } | NotPreloaded | NotInstalled => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ClockBehind { .. } | MarkAhead { .. } | NotPreloaded | NotInstalled => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
@@ -179,6 +183,18 @@ impl IdError {
                      an earlier ID would break ordering and uniqueness."
                 )),
                 Some("Wait for the clock to catch up, or raise pg_idgen.max_clock_lead_ms.".into()),
+            ),
+            MarkAhead { database, ahead_ms, max_lead_ms, resumes_at } => (
+                format!("cannot mint in database \"{database}\": the clock is {ahead_ms} ms behind its high-water mark"),
+                Some(format!(
+                    "The mark says IDs and UUIDs up to that time may already be stored here: it was restored (pg_restore, pg_dumpall, \
+                     pg_upgrade) or replayed from a server whose clock was ahead of this one's. pg_idgen.max_clock_lead_ms = {max_lead_ms}; \
+                     other databases mint as before."
+                )),
+                Some(format!(
+                    "Minting here resumes at {resumes_at}. Check this server's clock; a superuser may raise pg_idgen.max_clock_lead_ms \
+                     to mint ahead of the clock at once."
+                )),
             ),
             NotPreloaded => (
                 "pg_idgen must be loaded via shared_preload_libraries to mint IDs".into(),

@@ -28,7 +28,7 @@
 //!
 //! A backend sees its own uncommitted changes (read from the tables).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
 use std::time::Duration;
@@ -116,12 +116,7 @@ fn read_image() -> Image {
 /// not the statement's or the transaction's: it sees every change committed
 /// before the lock was granted, and this transaction's own.
 fn read_latest() -> Image {
-    // SAFETY: a fresh snapshot, pushed and popped around the read.
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
-    let image = read_image();
-    // SAFETY: pops the snapshot pushed above.
-    unsafe { pg_sys::PopActiveSnapshot() };
-    image
+    catalog::with_latest_snapshot(read_image)
 }
 
 /// Publishes an image, in an order that never lets a shard mint that
@@ -170,12 +165,7 @@ pub fn in_fleet_database() -> bool {
     if let Some(yes) = CACHE.get() {
         return yes;
     }
-    // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.
-    let name = unsafe {
-        let p = pg_sys::get_database_name(pg_sys::MyDatabaseId);
-        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
-    };
-    let yes = name.as_deref() == Some(settings::fleet_database().as_str());
+    let yes = catalog::database_name() == settings::fleet_database();
     CACHE.set(Some(yes));
     yes
 }

@@ -52,6 +52,7 @@ pub extern "C-unwind" fn _PG_init() {
     settings::register(preloading);
     if preloading {
         shared::init(mark::restart_floors);
+        mark::init();
         planner::init();
         fleet::register_loader();
         citus::init();

@@ -202,7 +202,8 @@ fn extend(mark: &DbMark, need_ms: i64) {
 
 fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     let persisted = catalog::sequence_value(seq);
-    if mark.reserved_ms.load(Ordering::Acquire) == 0 {
+    let reserved = mark.reserved_ms.load(Ordering::Acquire);
+    if reserved == 0 {
         // The first load since the server started (for a shared entry) or
         // since the session did (for a session's own reservation). A shared
         // entry raises the generators above the mark, once per database. A
@@ -212,12 +213,17 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
         // file, or were raised when the file was last written. So sessions
         // never push one another ahead of the clock.
         if !mark.per_session || filed_ms(mark.dboid.load(Ordering::Relaxed)) < persisted {
-            raise_floor(persisted.max(last_replayed_commit_ms()));
+            raise_floor(last_replayed_commit_ms());
+            admit(persisted);
         } else if persisted >= need_ms {
             // Reserved (and flushed, and filed) by an earlier session: take it as it is.
             mark.reserved_ms.fetch_max(persisted, Ordering::AcqRel);
             return;
         }
+    } else if persisted > reserved {
+        // Written since by someone else: a restore's setval that committed
+        // while this server ran without the library seeing it.
+        admit(persisted);
     }
     let now_ms = clock::unix_us().div_euclid(1000);
     let target = need_ms.max(now_ms).max(persisted) + RESERVE_MS;
@@ -229,6 +235,77 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     unsafe { pg_sys::XLogFlush(pg_sys::XactLastRecEnd) };
     write_server_file(mark.dboid.load(Ordering::Relaxed), target);
     mark.reserved_ms.fetch_max(target, Ordering::AcqRel);
+}
+
+/// Takes this database's persisted mark (Unix ms) as what every generator
+/// must stay above: raises them all, unless it is further ahead of the clock
+/// than `pg_idgen.max_clock_lead_ms`. Then it refuses, in this database only:
+/// a mark restored from a server whose clock ran ahead (or edited in a dump)
+/// never stops the other databases, and never reaches the mark files.
+fn admit(persisted_ms: i64) {
+    let ahead_ms = persisted_ms - clock::unix_us().div_euclid(1000);
+    let max_lead_ms = settings::max_clock_lead_ms();
+    if ahead_ms > max_lead_ms {
+        IdError::MarkAhead {
+            database: catalog::database_name(),
+            ahead_ms,
+            max_lead_ms,
+            resumes_at: crate::core::layout::format_unix_ms(persisted_ms - max_lead_ms),
+        }
+        .raise()
+    }
+    raise_floor(persisted_ms);
+}
+
+/// At the commit of a transaction that set this database's mark (the
+/// `setval` of a restore: pg_restore, pg_dumpall, psql of a dump, and
+/// pg_upgrade, whose dump sets every sequence), the mark is taken at once,
+/// before anything else mints: every generator is raised above it and it is
+/// filed in the data directory (pg_upgrade's too), so that from then on, and
+/// after any restart, no database mints an ID the restored data may hold.
+/// A mark further ahead of the clock than the lead bound is left for this
+/// database's next mint, which refuses (see `admit`).
+fn take_restored_mark() {
+    // SAFETY: reads this backend's own globals.
+    let (wrote_wal, dboid) = unsafe { (pg_sys::XactLastRecEnd != 0, pg_sys::MyDatabaseId.to_u32()) };
+    if !wrote_wal || dboid == 0 || shared::state().is_err() {
+        return;
+    }
+    let Some(seq) = catalog::relation(c"pg_idgen_hwm") else { return };
+    if !catalog::sequence_touched(seq) {
+        return;
+    }
+    catalog::lock(seq, pg_sys::ShareUpdateExclusiveLock);
+    let persisted = catalog::with_latest_snapshot(|| as_superuser(|| catalog::sequence_value(seq)));
+    let entry = MY_MARK.get().or_else(|| shared::find_mark(dboid));
+    let reserved = entry.map_or(0, |m| m.reserved_ms.load(Ordering::Acquire));
+    if persisted <= reserved.max(filed_ms(dboid)) {
+        return;
+    }
+    if persisted - clock::unix_us().div_euclid(1000) > settings::max_clock_lead_ms() {
+        // Loaded again (and refused) by this database's next mint.
+        if let Some(m) = entry {
+            m.reserved_ms.store(0, Ordering::Release);
+        }
+        return;
+    }
+    raise_floor(persisted);
+    write_server_file(dboid, persisted);
+}
+
+/// Registers the check of `take_restored_mark` at every commit. Called from
+/// `_PG_init` while preloading: every backend inherits it.
+pub fn init() {
+    // SAFETY: registered once, in the postmaster, before any backend exists.
+    unsafe { pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut()) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    // May raise at pre-commit: the transaction then aborts.
+    if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT {
+        take_restored_mark();
+    }
 }
 
 /// The data-directory file of a database's reservation.

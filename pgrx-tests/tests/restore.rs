@@ -1,0 +1,213 @@
+//! No ID is ever repeated after a restore or an upgrade onto a server whose
+//! clock is behind the source's, whichever database mints first and whether
+//! or not it minted before: pg_restore into a database that already minted
+//! (custom format and plain, `--data-only`), pg_dumpall, pg_upgrade with a
+//! shard minted in two databases. And a restored mark too far ahead stops
+//! its own database only, and is kept nowhere once that database is gone.
+
+use std::path::Path;
+
+use pg_idgen_e2e::postgres::Client;
+use pg_idgen_e2e::{bin, sqlstate, Server};
+
+/// The source server's clock runs this far ahead of the target's, whose
+/// lead bound allows minting that far ahead (beyond it a database whose
+/// mark is ahead refuses: the last test).
+const AHEAD: &str = "+30s";
+const LEAD: &str = "pg_idgen.max_clock_lead_ms = 60000";
+
+fn host(server: &Server) -> String {
+    server.dir.to_str().unwrap().to_string()
+}
+
+fn dump(server: &Server, program: &str, args: &[&str], file: &str) -> String {
+    let out = server.dir.join(file).to_string_lossy().into_owned();
+    let h = host(server);
+    let mut all = vec!["-h", &h, "-p", "5499", "-U", "postgres", "-f", &out];
+    all.extend_from_slice(args);
+    server.run_as_owner(program, &all);
+    out
+}
+
+fn psql_file(target: &Server, db: &str, file: &str) {
+    let h = host(target);
+    target.run_as_owner("psql", &["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", &h, "-p", "5499", "-U", "postgres", "-d", db, "-f", file]);
+}
+
+/// A table keyed by `next_shard_id(shard)`, with `rows` rows minted now.
+fn minted_table(c: &mut Client, table: &str, shard: i32, rows: i32) {
+    c.batch_execute(&format!(
+        "CREATE TABLE {table} (id bigint PRIMARY KEY DEFAULT next_shard_id({shard}), batch int);
+         INSERT INTO {table} (batch) SELECT 0 FROM generate_series(1, {rows});"
+    ))
+    .unwrap();
+}
+
+/// Inserts `rows` new rows in one statement per 500; every one must succeed (no 23505).
+fn insert_new(c: &mut Client, table: &str, rows: i32) {
+    for _ in 0..rows / 500 {
+        c.batch_execute(&format!("INSERT INTO {table} (batch) SELECT 1 FROM generate_series(1, 500)"))
+            .unwrap_or_else(|e| panic!("insert into {table}: {e:?}"));
+    }
+}
+
+/// (rows, distinct IDs, largest old ID, smallest new ID) of a table.
+fn tally(c: &mut Client, table: &str) -> (i64, i64, i64, i64) {
+    let r = c
+        .query_one(
+            &format!(
+                "SELECT count(*), count(DISTINCT id), max(id) FILTER (WHERE batch = 0), min(id) FILTER (WHERE batch = 1) FROM {table}"
+            ),
+            &[],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2), r.get(3))
+}
+
+/// A source whose clock runs ahead of the target's.
+fn source(name: &str) -> Server {
+    let s = Server::start_with_clock(name, &[]);
+    s.set_clock(AHEAD);
+    s
+}
+
+#[test]
+fn restoring_into_a_database_that_already_minted_repeats_nothing() {
+    let a = source("restore-src");
+    minted_table(&mut a.client(), "t", 5, 20_000);
+    let custom = dump(&a, "pg_dump", &["-Fc", "--data-only", "-d", "postgres"], "data.dump");
+    let plain = dump(&a, "pg_dump", &["-Fp", "--data-only", "-d", "postgres"], "data.sql");
+    let b = Server::start("restore-dst", &[LEAD]);
+    for (db, file, custom) in [("custom", &custom, true), ("plain", &plain, false)] {
+        b.client().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+        let mut c = b.client_db(db);
+        // The database mints (its mark is loaded) before the restore.
+        c.batch_execute(
+            "CREATE EXTENSION pg_idgen; SELECT next_shard_id(0);
+             CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id(5), batch int);",
+        )
+        .unwrap();
+        if custom {
+            let h = host(&b);
+            b.run_as_owner("pg_restore", &["-h", &h, "-p", "5499", "-U", "postgres", "-d", db, "--exit-on-error", file]);
+        } else {
+            psql_file(&b, db, file);
+        }
+        insert_new(&mut c, "t", 5_000);
+        let (rows, distinct, old_max, new_min) = tally(&mut c, "t");
+        assert_eq!((rows, distinct), (25_000, 25_000), "{db}: no ID repeated");
+        assert!(new_min > old_max, "{db}: new IDs ({new_min}) above every restored one ({old_max})");
+    }
+}
+
+#[test]
+fn pg_dumpall_with_a_shard_minted_in_two_databases_repeats_nothing() {
+    let a = source("dumpall2-src");
+    a.client().batch_execute("CREATE DATABASE b").unwrap();
+    a.client_db("b").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    minted_table(&mut a.client(), "t", 3, 10_000);
+    // b mints the same shard later: its mark is the higher one.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    minted_table(&mut a.client_db("b"), "t", 3, 10_000);
+    let file = dump(&a, "pg_dumpall", &[], "all.sql");
+    let b = Server::init("dumpall2-dst", &["shared_preload_libraries = 'pg_idgen'", LEAD]);
+    let h = host(&b);
+    b.run_as_owner("psql", &["-X", "-q", "-h", &h, "-p", "5499", "-U", "postgres", "-d", "template1", "-f", &file]);
+    check_two_databases(&b);
+}
+
+/// pg_upgrade --link (same major: the suite's installation), the new
+/// cluster's clock behind the old one's, a shard minted in two databases.
+#[test]
+fn pg_upgrade_with_a_shard_minted_in_two_databases_repeats_nothing() {
+    let mut old = source("upgrade2-old");
+    old.client().batch_execute("CREATE DATABASE b").unwrap();
+    old.client_db("b").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    minted_table(&mut old.client(), "t", 3, 10_000);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    minted_table(&mut old.client_db("b"), "t", 3, 10_000);
+    old.stop("fast");
+    let mut new = Server::init_stopped("upgrade2-new", &["shared_preload_libraries = 'pg_idgen'", LEAD]);
+    let bindir = Path::new(&bin("postgres")).parent().unwrap().to_string_lossy().into_owned();
+    let (old_data, new_data) = (old.data(), new.data());
+    let out = new.run_as_owner(
+        "pg_upgrade",
+        &["--link", "-b", &bindir, "-B", &bindir, "-d", &old_data, "-D", &new_data, "-p", "50536", "-P", "50537", "-U", "postgres"],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Upgrade Complete"), "{}", String::from_utf8_lossy(&out.stdout));
+    new.start_process();
+    check_two_databases(&new);
+}
+
+/// Database postgres mints first, then b (whose restored mark is higher):
+/// across both, no ID repeats and every new ID is above every old one.
+fn check_two_databases(server: &Server) {
+    let (mut p, mut b) = (server.client(), server.client_db("b"));
+    insert_new(&mut p, "t", 5_000);
+    insert_new(&mut b, "t", 5_000);
+    let old_max = tally(&mut p, "t").2.max(tally(&mut b, "t").2);
+    for (db, c) in [("postgres", &mut p), ("b", &mut b)] {
+        let (rows, distinct, _, new_min) = tally(c, "t");
+        assert_eq!((rows, distinct), (15_000, 15_000), "{db}: no ID repeated");
+        assert!(new_min > old_max, "{db}: new IDs ({new_min}) above every old one in either database ({old_max})");
+    }
+    let b_ids: Vec<i64> = b.query("SELECT id FROM t", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let shared: i64 = p.query_one("SELECT count(*) FROM t WHERE id = ANY($1)", &[&b_ids]).unwrap().get(0);
+    assert_eq!(shared, 0, "no ID of shard 3 is in both databases");
+}
+
+/// A dump whose mark is an hour ahead of this server's clock (a source with
+/// a fast clock, or an edited dump), restored by a database owner and first
+/// used by a role that may only insert: that database refuses with 55000,
+/// saying why and when it resumes; every other database mints IDs and UUIDs
+/// as before, after a restart too, and after the database is dropped no mark
+/// file holds the hour.
+#[test]
+fn a_mark_restored_far_ahead_stops_only_its_own_database() {
+    let a = Server::start_with_clock("ahead-src", &[]);
+    a.set_clock("+3600s");
+    minted_table(&mut a.client(), "t", 5, 1_000);
+    let file = dump(&a, "pg_dump", &["-Fc", "-d", "postgres"], "ahead.dump");
+    let mut b = Server::start("ahead-dst", &[]);
+    b.client()
+        .batch_execute(
+            "CREATE ROLE tenant LOGIN CREATEDB; CREATE ROLE writer LOGIN;
+             CREATE TABLE mine (id bigint PRIMARY KEY DEFAULT next_shard_id(5), u uuid DEFAULT uuid_v7());
+             INSERT INTO mine DEFAULT VALUES;",
+        )
+        .unwrap();
+    b.client_as("postgres", "tenant").batch_execute("CREATE DATABASE tenantdb").unwrap();
+    let h = host(&b);
+    b.run_as_owner("pg_restore", &["-h", &h, "-p", "5499", "-U", "postgres", "-d", "tenantdb", "--exit-on-error", &file]);
+    b.client_db("tenantdb").batch_execute("GRANT INSERT ON t TO writer").unwrap();
+    let mut w = b.client_as("tenantdb", "writer");
+    let err = w.execute("INSERT INTO t (batch) VALUES (1)", &[]).unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "55000", "{db}");
+    assert!(db.message().contains("database \"tenantdb\"") && db.message().contains("high-water mark"), "{}", db.message());
+    assert!(db.hint().unwrap_or("").contains("resumes at"), "{:?}", db.hint());
+    let ahead: i64 = db.message().split("the clock is ").nth(1).and_then(|r| r.split(" ms").next()).unwrap().parse().unwrap();
+    assert!(ahead > 3_500_000, "the refusal states the hour: {}", db.message());
+    let others = |b: &Server| {
+        let mut c = b.client();
+        c.batch_execute("INSERT INTO mine SELECT FROM generate_series(1, 1000)").unwrap();
+        let lead: i64 = c.query_one("SELECT max(lead_ms) FROM id_generator_status()", &[]).unwrap().get(0);
+        assert!(lead < 10_000, "another database's generators were raised {lead} ms ahead");
+        assert_eq!(sqlstate(c.query_one("SELECT uuid_v7()", &[])), "ok");
+    };
+    others(&b);
+    b.restart();
+    others(&b);
+    assert_eq!(sqlstate(b.client_as("tenantdb", "writer").execute("INSERT INTO t (batch) VALUES (1)", &[])), "55000");
+    b.client().batch_execute("DROP DATABASE tenantdb").unwrap();
+    b.restart();
+    others(&b);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    for entry in std::fs::read_dir(b.data()).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("pg_idgen_mark.") {
+            let ms: i64 = std::fs::read_to_string(entry.path()).unwrap().trim().parse().unwrap();
+            assert!(ms < now_ms + 60_000, "{name} holds {ms}, {} ms ahead", ms - now_ms);
+        }
+    }
+}
