@@ -65,3 +65,12 @@ COMMENT ON EVENT TRIGGER pg_idgen_forget_dropped_schemas IS 'pg_idgen: a dropped
 COMMENT ON EVENT TRIGGER pg_idgen_key_schemas IS 'pg_idgen: before ALTER SCHEMA, registry rows take the OIDs of their schemas';
 COMMENT ON EVENT TRIGGER pg_idgen_follow_renamed_schemas IS
     'pg_idgen: a renamed schema keeps its shard; a new schema inherits none';
+
+-- Trigger and event trigger functions run only as the triggers the extension
+-- creates (PostgreSQL checks EXECUTE when a trigger is created, not when it
+-- fires): no other role may call them or attach them to a table of its own.
+REVOKE EXECUTE ON FUNCTION
+    pg_idgen_ownership_changed(), pg_idgen_table_changed(), pg_idgen_epoch_replaced(),
+    shard_schema_registry_keyed(), shard_schemas_forget_dropped(), shard_schemas_key_by_name(),
+    shard_schemas_follow_renamed()
+    FROM PUBLIC;

@@ -45,6 +45,8 @@ pub enum IdError {
     UnknownLayout(String),
     /// The current user may not change a table of ours.
     PermissionDenied(String),
+    /// A direct write to an ownership table by a role that is not a superuser.
+    OwnershipWrittenDirectly(String),
     /// Ownership changes outside the fleet database.
     NotFleetDatabase(String),
     /// `pg_idgen.fleet_database` names a database that does not exist.
@@ -129,7 +131,7 @@ impl IdError {
             NotFleetDatabase(_) | OwnershipNotLoaded { .. } | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             AdoptBelowRelease { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             PrepareOwnership => ERRCODE_FEATURE_NOT_SUPPORTED,
-            PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
+            PermissionDenied(_) | OwnershipWrittenDirectly(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             NegativeLayoutId => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             PublicKeyMissing | PublicKeyNotPreloaded | EpochChanged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
@@ -192,8 +194,8 @@ impl IdError {
                      other databases mint as before."
                 )),
                 Some(format!(
-                    "Minting here resumes at {resumes_at}. Check this server's clock; a superuser may raise pg_idgen.max_clock_lead_ms \
-                     to mint ahead of the clock at once."
+                    "Minting here resumes at {resumes_at}. Check this server's clock; raising pg_idgen.max_clock_lead_ms \
+                     (postgresql.conf, then reload) lets it mint that far ahead of the clock at once."
                 )),
             ),
             NotPreloaded => (
@@ -254,6 +256,12 @@ impl IdError {
                 )),
             ),
             PermissionDenied(table) => (format!("permission denied for table {table}"), None, None),
+            OwnershipWrittenDirectly(table) => (
+                format!("permission denied for table {table}"),
+                Some("Shard ownership changes only through shard_claim, shard_release, shard_adopt and shard_own_all, \
+                      which check what a change may do; only a superuser writes the table directly.".into()),
+                Some("Call those functions: the INSERT and DELETE privileges on shard_ownership let a role call them.".into()),
+            ),
             NotFleetDatabase(db) => (
                 format!("shard ownership is recorded in database \"{db}\""),
                 Some("Every database of a server mints for the same shards; pg_idgen.fleet_database names the one that records them.".into()),

@@ -328,6 +328,7 @@ fn restore(entry: &(pg_sys::SubTransactionId, usize, u64)) {
 
 fn end_of_transaction() {
     CHANGED.set(false);
+    WRITING.set(false);
     RETIRED_HERE.borrow_mut().clear();
     *TO_PUBLISH.borrow_mut() = None;
 }
@@ -389,12 +390,40 @@ unsafe extern "C-unwind" fn subxact_callback(
     }
 }
 
-/// The trigger of the ownership tables: every backend drops its cached copy,
-/// and in the fleet database the change is published at commit.
+/// Set while one of the ownership functions writes the ownership tables.
+static WRITING: BackendLocal<bool> = BackendLocal::new(false);
+
+/// The ownership functions' leave to write the ownership tables, for as long
+/// as it lives (and at most until the transaction ends): any other write,
+/// by a role that is not a superuser, is refused by their trigger, so that
+/// a grant on the tables never lets a role around the functions' checks.
+pub struct Writing;
+
+impl Writing {
+    pub fn begin() -> Writing {
+        WRITING.set(true);
+        Writing
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        WRITING.set(false);
+    }
+}
+
+/// The trigger of the ownership tables: refuses a write that does not come
+/// from the ownership functions (unless by a superuser: a restore); every
+/// backend drops its cached copy, and in the fleet database the change is
+/// published at commit.
 #[pg_trigger]
 fn pg_idgen_ownership_changed<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
+    // SAFETY: asks whether the current user is a superuser; no preconditions.
+    if !WRITING.get() && !unsafe { pg_sys::superuser() } {
+        IdError::OwnershipWrittenDirectly(trigger.table_name()?).raise()
+    }
     catalog::invalidate(trigger.relation()?.oid());
     note_change();
     Ok(None)

@@ -60,11 +60,12 @@ pub fn register(preloading: bool) {
         c"pg_idgen.max_clock_lead_ms",
         c"How far the time of a new ID may run ahead of the system clock.",
         c"A shard that uses up a millisecond, or a clock that steps back, makes pg_idgen borrow time ahead; \
-          past this bound minting waits briefly, then raises an error.",
+          past this bound minting waits briefly, then raises an error. One value for the whole server, \
+          whose generators every session shares: no role's setting can make another role's mint fail.",
         &MAX_CLOCK_LEAD_MS,
         0,
         86_400_000,
-        GucContext::Suset,
+        GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
     GucRegistry::define_bool_guc(

@@ -182,6 +182,39 @@ fn beyond_the_lead_bound_minting_refuses_clearly() {
     mint(&mut c, 3, 5_000, Some(top));
 }
 
+/// With `max_clock_lead_ms = 0` a burst waits for the clock: no ID carries
+/// a time ahead of the clock read right after it.
+#[test]
+fn without_lead_a_burst_waits_for_the_clock_and_stays_honest() {
+    let server = Server::start("no_lead", &["pg_idgen.max_clock_lead_ms = 0"]);
+    let honest: bool = server
+        .client()
+        .query_one(
+            "SELECT max(id_ts(id)) <= clock_timestamp() FROM (SELECT next_shard_id(11) AS id FROM generate_series(1, 4000)) s",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(honest, "an ID ran ahead of the clock with max_clock_lead_ms = 0");
+}
+
+/// The lead bound is one for the server (the generators are): a stricter
+/// bound cannot be set for one role, so others flooding a shard ahead of the
+/// clock within the server's bound never make that role's mint fail.
+#[test]
+fn no_role_has_a_stricter_lead_bound_than_the_server() {
+    let server = Server::start("role_lead", &[]);
+    let mut c = server.client();
+    c.batch_execute("CREATE ROLE victim LOGIN").unwrap();
+    assert_eq!(sqlstate(c.batch_execute("ALTER ROLE victim SET pg_idgen.max_clock_lead_ms = 100")), "55P02");
+    assert_eq!(sqlstate(c.batch_execute("ALTER DATABASE postgres SET pg_idgen.max_clock_lead_ms = 100")), "55P02");
+    // Shard 7 pushed 2 s ahead of the clock (within the server's 10 s).
+    c.batch_execute("SELECT shard_adopt(7, id_from_parts(clock_timestamp() + interval '2 s', 7, 0))").unwrap();
+    let mut v = server.client_as("postgres", "victim");
+    let ok: i64 = v.query_one("SELECT count(DISTINCT next_shard_id(7)) FROM generate_series(1, 60)", &[]).unwrap().get(0);
+    assert_eq!(ok, 60, "the victim mints every ID of the shard others put ahead");
+}
+
 #[test]
 fn an_unprivileged_role_writes_the_mark_with_the_first_id_after_a_start() {
     let mut server = Server::start("minter", &[]);

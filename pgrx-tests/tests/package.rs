@@ -35,8 +35,10 @@ fn the_installed_files_are_the_packages() {
     }
     let (lib, ext) = (top.join("lib").canonicalize().unwrap(), top.join("extension").canonicalize().unwrap());
     let v = version();
+    // Update scripts: pg_idgen--FROM--TO.sql (two "--").
+    let is_update = |p: &std::path::Path| p.file_name().unwrap().to_string_lossy().matches("--").count() == 2;
     let mut files = vec![lib.join("pg_idgen.so"), ext.join("pg_idgen.control"), ext.join(format!("pg_idgen--{v}.sql"))];
-    files.extend(std::fs::read_dir(&ext).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().contains("--")));
+    files.extend(std::fs::read_dir(&ext).unwrap().map(|e| e.unwrap().path()).filter(|p| is_update(p)));
     let installed_lib = pg_config("--pkglibdir");
     let installed_ext = pg_config("--sharedir").join("extension");
     for f in &files {
@@ -44,8 +46,17 @@ fn the_installed_files_are_the_packages() {
         let installed = if f.starts_with(&lib) { installed_lib.join(name) } else { installed_ext.join(name) };
         assert_eq!(std::fs::read(f).unwrap(), std::fs::read(&installed).unwrap(), "{} is not what is installed", name.to_string_lossy());
     }
-    let update_scripts = files.iter().filter(|p| p.to_string_lossy().contains("--")).count();
-    assert!(update_scripts >= 3, "the full script and the update scripts from 0.1.0 and 0.2.0");
+    // Every update script of the source tree is in the package, and no other.
+    let names = |paths: Vec<std::path::PathBuf>| {
+        let mut n: Vec<String> =
+            paths.into_iter().filter(|p| is_update(p)).map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        n.sort();
+        n
+    };
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql");
+    let expected = names(std::fs::read_dir(source).unwrap().map(|e| e.unwrap().path()).collect());
+    assert!(expected.len() >= 4, "update scripts from 0.1.0 on: {expected:?}");
+    assert_eq!(names(files.clone()), expected, "the package's update scripts");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -295,7 +295,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     let mark: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.4.0");
+    assert_eq!(version, "0.5.0");
     let after: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
     assert!(after >= mark, "the mark is kept");
     let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
@@ -413,7 +413,7 @@ fn update_with_this_library(server: &Server, c: &mut Client, old_max: i64) {
     c.batch_execute("DELETE FROM insta5.photos WHERE n = 0").unwrap();
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.4.0");
+    assert_eq!(version, "0.5.0");
     // This library answers the new status columns (an old one leaves the
     // last two NULL: it returns eight values), and minting is not stopped.
     let (lead, running): (Option<i64>, bool) = c
