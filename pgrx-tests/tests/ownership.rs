@@ -135,30 +135,26 @@ fn a_missing_fleet_database_refuses_rather_than_owning_every_shard() {
     assert_eq!(sqlstate(c.batch_execute("SELECT uuid_v7()")), "ok", "UUIDs do not depend on shard ownership");
 }
 
-/// Writes to the ownership tables by any means queue behind each other, so
-/// that each change publishes an image that includes every earlier one.
+/// A superuser's direct writes to the ownership tables (a restore, a repair)
+/// queue behind each other, so that each change publishes an image that
+/// includes every earlier one.
 #[test]
 fn direct_writes_to_the_ownership_tables_are_serialized() {
     let s = Server::start("own-direct", &[]);
-    s.client()
-        .batch_execute(
-            "CREATE ROLE mgr LOGIN; GRANT INSERT, UPDATE, DELETE ON shard_ownership, shard_releases, shard_fleet_mode TO mgr;
-             SELECT shard_claim(0, 0)",
-        )
-        .unwrap();
+    s.client().batch_execute("SELECT shard_claim(0, 0)").unwrap();
     s.client().batch_execute("CREATE DATABASE other").unwrap();
     s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
-    let mut a = s.client_as("postgres", "mgr");
-    a.batch_execute("BEGIN; INSERT INTO shard_ownership (first_shard, last_shard) VALUES (10, 10)").unwrap();
-    let conninfo = s.conninfo("postgres").replace("user=postgres", "user=mgr");
+    let mut a = s.client();
+    a.batch_execute("SET application_name = 'first'; BEGIN; INSERT INTO shard_ownership (first_shard, last_shard) VALUES (10, 10)").unwrap();
+    let conninfo = s.conninfo("postgres");
     let b = std::thread::spawn(move || {
         let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
-        b.batch_execute("INSERT INTO shard_ownership (first_shard, last_shard) VALUES (20, 20)").unwrap();
+        b.batch_execute("SET application_name = 'second'; INSERT INTO shard_ownership (first_shard, last_shard) VALUES (20, 20)").unwrap();
     });
     let mut c = s.client();
     pg_idgen_e2e::eventually(10, "the second change waits for the first", || {
         let waiting: i64 = c
-            .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = 'mgr' AND wait_event_type = 'Lock'", &[])
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'second' AND wait_event_type = 'Lock'", &[])
             .unwrap()
             .get(0);
         waiting == 1
@@ -170,4 +166,44 @@ fn direct_writes_to_the_ownership_tables_are_serialized() {
         assert_eq!(mint(&mut o, shard), "ok", "shard {shard}");
     }
     assert_eq!(mint(&mut o, 30), "55000");
+}
+
+/// A role granted the ownership tables (which is what lets it call
+/// shard_claim and the others) cannot write them around those functions'
+/// checks: taking back a released shard, or adopting a day ahead, is
+/// refused with 42501, the shard stays released after a restart, and the
+/// functions still work for it. Nor can it attach the tables' trigger
+/// function to a table of its own (whose lock every claim would queue on).
+#[test]
+fn the_ownership_tables_cannot_be_written_around_the_functions() {
+    let mut s = Server::start("own-around", &[]);
+    s.client()
+        .batch_execute(
+            "CREATE ROLE mgr LOGIN; GRANT INSERT, UPDATE, DELETE ON shard_ownership, shard_releases, shard_fleet_mode TO mgr;
+             SELECT shard_claim(0, 9); SELECT next_shard_id(5); SELECT shard_release(5);",
+        )
+        .unwrap();
+    let mut m = s.client_as("postgres", "mgr");
+    for sql in [
+        "DELETE FROM shard_releases WHERE shard = 5",
+        "INSERT INTO shard_ownership (first_shard, last_shard) VALUES (5, 5)",
+        "INSERT INTO shard_ownership (first_shard, last_shard, adopted_after)
+         VALUES (6, 6, id_from_parts(now() + interval '1 day', 6, 0))",
+        "UPDATE shard_fleet_mode SET claims_only = false",
+        "DELETE FROM shard_ownership",
+    ] {
+        assert_eq!(sqlstate(m.batch_execute(sql)), "42501", "{sql}");
+    }
+    assert_eq!(
+        sqlstate(m.batch_execute(
+            "CREATE TEMP TABLE t (x int);
+             CREATE TRIGGER t AFTER INSERT ON t FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_ownership_changed()"
+        )),
+        "42501"
+    );
+    s.restart();
+    assert_eq!(mint(&mut s.client(), 5), "55000", "shard 5 stays released");
+    let mut m = s.client_as("postgres", "mgr");
+    assert_eq!(sqlstate(m.batch_execute("SELECT shard_claim(20, 20)")), "ok", "the functions still work for the role");
+    assert_eq!(mint(&mut s.client(), 20), "ok");
 }
