@@ -187,6 +187,17 @@ fn scan_extension_schema() -> Option<pg_sys::Oid> {
     }
 }
 
+/// Whether a relation has a column of this name.
+pub fn has_column(rel: pg_sys::Oid, name: &CStr) -> bool {
+    // SAFETY: a syscache lookup; InvalidAttrNumber (0) when there is no such column.
+    unsafe { pg_sys::get_attnum(rel, name.as_ptr()) != 0 }
+}
+
+/// The version of pg_idgen's objects in this database (`pg_extension.extversion`).
+pub fn extension_version() -> String {
+    query_one("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap_or_default()
+}
+
 /// The name of the current database.
 pub fn database_name() -> String {
     // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.

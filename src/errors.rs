@@ -28,6 +28,8 @@ pub enum IdError {
     NotPreloaded,
     /// A function of the library called where the extension is not (fully) installed.
     NotInstalled,
+    /// The extension's objects here are of an older version than the library needs.
+    NotUpdated(String),
     /// The shard is not (or no longer) owned by this server.
     ShardNotOwned(i32),
     /// The shard was released to another server (its shard number, once known).
@@ -118,7 +120,9 @@ impl IdError {
         match self {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             TimeOutOfRange | TimeOutOfRangeFor { .. } | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
-            ClockBehind { .. } | MarkAhead { .. } | NotPreloaded | NotInstalled => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ClockBehind { .. } | MarkAhead { .. } | NotPreloaded | NotInstalled | NotUpdated(_) => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
             ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
@@ -202,6 +206,11 @@ impl IdError {
                 "pg_idgen must be loaded via shared_preload_libraries to mint IDs".into(),
                 None,
                 Some("Add pg_idgen to shared_preload_libraries in postgresql.conf and restart the server.".into()),
+            ),
+            NotUpdated(version) => (
+                format!("extension \"pg_idgen\" must be updated: its objects in this database are version {version}"),
+                Some(format!("This function needs the objects of pg_idgen {}, which the installed library is.", env!("CARGO_PKG_VERSION"))),
+                Some("Run ALTER EXTENSION pg_idgen UPDATE in this database.".into()),
             ),
             NotInstalled => (
                 "extension \"pg_idgen\" is not installed in this database".into(),

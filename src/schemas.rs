@@ -32,8 +32,15 @@ struct Cached {
 
 static CACHE: BackendLocal<Option<Cached>> = BackendLocal::new(None);
 
-/// The registry table, qualified and quoted for use in SQL.
+/// The registry table, qualified and quoted for use in SQL. The 0.1.0
+/// registry (keyed by OID, with no `schema_name`) is refused with 55000
+/// until `ALTER EXTENSION pg_idgen UPDATE`, never queried for columns it lacks.
 fn registry_table() -> String {
+    if let Some(rel) = catalog::relation(c"shard_schema_registry") {
+        if !catalog::has_column(rel, c"schema_name") {
+            IdError::NotUpdated(catalog::extension_version()).raise()
+        }
+    }
     catalog::qualified("shard_schema_registry")
 }
 

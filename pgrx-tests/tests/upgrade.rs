@@ -293,6 +293,16 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     .unwrap();
     let old_max: i64 = c.query_one("SELECT max(id) FROM insta5.photos", &[]).unwrap().get(0);
     let mark: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
+    // Before the update, this library refuses what needs the newer registry
+    // (55000, naming the update), never reading columns the 0.1.0 one lacks.
+    for sql in ["SELECT shard_schema_create('s1', 3)", "SELECT shard_schema_register('public', 4)", "SELECT next_schema_id('insta5')"] {
+        let err = c.batch_execute(sql).unwrap_err();
+        let db = err.as_db_error().expect("a server error");
+        assert_eq!(db.code().code(), "55000", "{sql}: {db}");
+        assert!(db.message().contains("version 0.1.0"), "{sql}: {}", db.message());
+        assert_eq!(db.hint(), Some("Run ALTER EXTENSION pg_idgen UPDATE in this database."), "{sql}");
+    }
+    assert_eq!(sqlstate(c.batch_execute("SELECT next_shard_id(5), uuid_v7(), id_ts(next_shard_id(6))")), "ok");
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
     assert_eq!(version, "0.5.0");
