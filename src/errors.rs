@@ -7,6 +7,18 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 use crate::core::error::CoreError;
 use crate::core::layout::{MAX_SEQ, MAX_SHARD};
 
+/// What the ownership loader (see `fleet`) is doing, for error messages.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LoaderState {
+    /// Not started yet: the server is starting, or still a standby.
+    NotStarted = 0,
+    Connecting = 1,
+    /// Waiting for a lock on one of the ownership tables.
+    WaitingForLock = 2,
+    Loaded = 3,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IdError {
     ShardOutOfRange(i32),
@@ -56,7 +68,7 @@ pub enum IdError {
     /// `shard_adopt` back below this server's own release of the shard.
     AdoptBelowRelease { shard: i32, after: i64, high_water: i64 },
     /// The loader has not yet loaded the server's ownership.
-    OwnershipNotLoaded { database: String, loader: crate::shared::LoaderState },
+    OwnershipNotLoaded { database: String, loader: LoaderState },
     /// PREPARE TRANSACTION after changing shard ownership.
     PrepareOwnership,
     /// `shard_adopt` with an ID further ahead of the clock than the lead bound.
@@ -277,7 +289,7 @@ impl IdError {
                 Some(format!("Connect to database \"{db}\" (with CREATE EXTENSION pg_idgen there) to claim, release or adopt shards.")),
             ),
             OwnershipNotLoaded { database, loader } => {
-                use crate::shared::LoaderState::*;
+                use LoaderState::*;
                 let doing = match loader {
                     NotStarted => "has not started yet (if the server log said \"too many background workers\" at start, \
                                    max_worker_processes left no room for it: raise it and restart)"

@@ -39,8 +39,8 @@ use pgrx::prelude::*;
 use crate::backend::BackendLocal;
 use crate::core::generator::RETIRED;
 use crate::core::layout::{self, Shard, MAX_SHARD, SEQ_BITS};
-use crate::errors::{IdError, OrRaise};
-use crate::shared::{self, FleetState, LoaderState, SHARD_WORDS};
+use crate::errors::{IdError, LoaderState, OrRaise};
+use crate::shared::{self, FleetState, SHARD_WORDS};
 use crate::{catalog, settings};
 
 /// What the fleet database records, as bitmaps.

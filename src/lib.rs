@@ -47,7 +47,7 @@ pub extern "C-unwind" fn _PG_init() {
     no_backtraces();
     let preloading = shared::preloading();
     if preloading {
-        shared::set_preloaded();
+        settings::set_preloaded();
     }
     settings::register(preloading);
     if preloading {

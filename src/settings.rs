@@ -22,6 +22,20 @@ static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(1000);
 static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 static TRACK_STATUS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// Set in the postmaster while preloading; backends inherit it through fork.
+static PRELOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Notes that the library is being preloaded (before the settings are
+/// defined, which ask). Called from `_PG_init`.
+pub fn set_preloaded() {
+    PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the library was loaded by `shared_preload_libraries`.
+pub fn is_preloaded() -> bool {
+    PRELOADED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Defines the settings. The epoch is a postmaster-level setting, which
 /// PostgreSQL only allows a library to define while it is preloaded.
 pub fn register(preloading: bool) {
@@ -102,7 +116,7 @@ pub fn register(preloading: bool) {
 pub fn configured_epoch_ms() -> i64 {
     *EPOCH_UNIX_MS.get_or_init(|| {
         let text = match EPOCH.get() {
-            Some(v) if crate::shared::is_preloaded() => v.to_string_lossy().into_owned(),
+            Some(v) if is_preloaded() => v.to_string_lossy().into_owned(),
             _ => DEFAULT_EPOCH.to_string_lossy().into_owned(),
         };
         parse_epoch(&text).ok_or(IdError::InvalidEpoch(text)).or_raise()
@@ -112,7 +126,7 @@ pub fn configured_epoch_ms() -> i64 {
 /// The public-ID key, if set. Only the preloaded library's own setting is
 /// read: without the preload it is a placeholder every role can read.
 pub fn public_id_key() -> Option<String> {
-    if !crate::shared::is_preloaded() {
+    if !is_preloaded() {
         IdError::PublicKeyNotPreloaded.raise()
     }
     PUBLIC_ID_KEY.get().map(|k| k.to_string_lossy().into_owned()).filter(|k| !k.is_empty())

@@ -10,7 +10,7 @@ use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 
 use crate::core::generator::{Minted, TickFormat};
 use crate::core::layout::MAX_SHARD;
-use crate::errors::IdError;
+use crate::errors::{IdError, LoaderState};
 
 /// One generator's state and counters, alone on its cache line so that
 /// backends minting for different shards do not slow each other down.
@@ -80,18 +80,6 @@ impl DbMark {
     pub const fn new(dboid: u32) -> DbMark {
         DbMark { dboid: AtomicU32::new(dboid), reserved_ms: AtomicI64::new(0), per_session: false }
     }
-}
-
-/// What the ownership loader (see `fleet`) is doing, for error messages.
-#[repr(u32)]
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum LoaderState {
-    /// Not started yet: the server is starting, or still a standby.
-    NotStarted = 0,
-    Connecting = 1,
-    /// Waiting for a lock on one of the ownership tables.
-    WaitingForLock = 2,
-    Loaded = 3,
 }
 
 /// Words of a bitmap with one bit per logical shard.
@@ -197,9 +185,6 @@ pub fn reclaim_mark(dboid: u32, exists: impl Fn(u32) -> bool) -> Option<&'static
 // SAFETY: the name is ours alone among shared memory segments.
 static STATE: PgAtomic<SharedState> = unsafe { PgAtomic::new(c"pg_idgen generator state") };
 
-/// Set in the postmaster while preloading; backends inherit it through fork.
-static PRELOADED: AtomicBool = AtomicBool::new(false);
-
 /// Where the generators start after a (re)start: see `mark::restart_floors`.
 static FLOORS: std::sync::OnceLock<fn() -> (u64, u64)> = std::sync::OnceLock::new();
 
@@ -207,12 +192,6 @@ static MARKS: AtomicPtr<DbMark> = AtomicPtr::new(std::ptr::null_mut());
 static MARK_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static mut PREV_SHMEM_REQUEST: Option<unsafe extern "C-unwind" fn()> = None;
 static mut PREV_SHMEM_STARTUP: Option<unsafe extern "C-unwind" fn()> = None;
-
-/// Notes that the library is being preloaded (before settings are defined,
-/// which ask). Called from `_PG_init`.
-pub fn set_preloaded() {
-    PRELOADED.store(true, Ordering::Relaxed);
-}
 
 /// Requests and initialises the shared state, whose generators start above
 /// `floors()` (called at every shared-memory initialization, after a crash
@@ -285,12 +264,8 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
     }
 }
 
-pub fn is_preloaded() -> bool {
-    PRELOADED.load(Ordering::Relaxed)
-}
-
 pub fn state() -> Result<&'static SharedState, IdError> {
-    if is_preloaded() {
+    if crate::settings::is_preloaded() {
         Ok(STATE.get())
     } else {
         Err(IdError::NotPreloaded)
