@@ -240,6 +240,12 @@ fn inventory(c: &mut Client) -> Vec<String> {
                                 WHERE c.objoid = d.objid AND c.classoid = d.classid AND c.objsubid = 0), '')
            || ' ' || coalesce((SELECT e.evtevent || coalesce(e.evttags::text, '') FROM pg_event_trigger e
                                 WHERE d.classid = 'pg_event_trigger'::regclass AND e.oid = d.objid), '')
+           || ' grants ' || coalesce((SELECT p.proacl::text FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid),
+                                     (SELECT r.relacl::text FROM pg_class r WHERE d.classid = 'pg_class'::regclass AND r.oid = d.objid), '')
+           || ' triggers ' || coalesce((SELECT string_agg(pg_get_triggerdef(t.oid), '; ' ORDER BY t.tgname) FROM pg_trigger t
+                                         WHERE d.classid = 'pg_class'::regclass AND t.tgrelid = d.objid AND NOT t.tgisinternal), '')
+           || ' constraints ' || coalesce((SELECT string_agg(pg_get_constraintdef(k.oid), '; ' ORDER BY pg_get_constraintdef(k.oid)) FROM pg_constraint k
+                                            WHERE d.classid = 'pg_class'::regclass AND k.conrelid = d.objid), '')
            FROM pg_depend d
           WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
             AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen')
@@ -253,7 +259,8 @@ fn inventory(c: &mut Client) -> Vec<String> {
 }
 
 /// The updated extension has exactly the objects of a fresh install of this
-/// version: definitions, descriptions, event-trigger events and tags.
+/// version: definitions, descriptions, event-trigger events and tags, grants,
+/// and the triggers and constraints of its tables.
 fn assert_same_objects_as_a_fresh_install(server: &Server, c: &mut Client) {
     c.batch_execute("DROP DATABASE IF EXISTS fresh").unwrap();
     c.batch_execute("CREATE DATABASE fresh").unwrap();
@@ -264,19 +271,28 @@ fn assert_same_objects_as_a_fresh_install(server: &Server, c: &mut Client) {
     assert!(only_updated.is_empty() && only_fresh.is_empty(), "updated only: {only_updated:#?}\nfresh only: {only_fresh:#?}");
 }
 
-/// A released version's script (kept in sql/), next to this build's files.
-fn install_released_script(sharedir: &Path, version: &str) -> std::path::PathBuf {
+/// A released version's script (kept in sql/), next to this build's files
+/// in the test installation, removed again when the test ends, failed or not.
+struct ReleasedScript(std::path::PathBuf);
+
+impl Drop for ReleasedScript {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn install_released_script(sharedir: &Path, version: &str) -> ReleasedScript {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../sql/pg_idgen--{version}.sql"));
     let installed = sharedir.join(format!("extension/pg_idgen--{version}.sql"));
     std::fs::copy(&script, &installed).unwrap();
-    installed
+    ReleasedScript(installed)
 }
 
 #[test]
 fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     // The 0.1.0 script, as released, next to this build's files.
     let sharedir = pg_config("--sharedir");
-    let installed = install_released_script(&sharedir, "0.1.0");
+    let _installed = install_released_script(&sharedir, "0.1.0");
 
     let server = Server::init("update-010", &["shared_preload_libraries = 'pg_idgen'"]);
     let mut c = server.client();
@@ -332,18 +348,16 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
         .unwrap();
     assert_eq!(sqlstate(app.batch_execute("ALTER EXTENSION pg_idgen UPDATE")), "55000");
     app.batch_execute("DELETE FROM shard_ownership; ALTER EXTENSION pg_idgen UPDATE").unwrap();
-    let _ = std::fs::remove_file(installed);
 }
 
 #[test]
 fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
-    let installed = install_released_script(&pg_config("--sharedir"), "0.2.0");
+    let _installed = install_released_script(&pg_config("--sharedir"), "0.2.0");
     let server = Server::init("update-020", &["shared_preload_libraries = 'pg_idgen'"]);
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'").unwrap();
     let old_max = fill(&mut c);
     update_with_this_library(&server, &mut c, old_max);
-    let _ = std::fs::remove_file(installed);
 }
 
 /// A release as its users have it: its library and SQL built from the
