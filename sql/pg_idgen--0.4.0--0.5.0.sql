@@ -9,3 +9,37 @@ REVOKE EXECUTE ON FUNCTION
     shard_schema_registry_keyed(), shard_schemas_forget_dropped(), shard_schemas_key_by_name(),
     shard_schemas_follow_renamed()
     FROM PUBLIC;
+
+-- The status functions bind the C symbols of their result shapes (the same
+-- columns as before): an update run while an older library is still loaded
+-- fails with "could not find function" instead of reading past the end of
+-- what that library returns. Grants and views on them are kept.
+CREATE OR REPLACE FUNCTION id_generator_status() RETURNS TABLE (
+	"shard" INT,
+	"last_ts" timestamp with time zone,
+	"last_seq" INT,
+	"minted" bigint,
+	"full_ms_waits" bigint,
+	"borrowed_ms" bigint,
+	"clock_regressions" bigint,
+	"lead_ms" bigint,
+	"released" bool
+)
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'id_generator_status_0_2_wrapper';
+CREATE OR REPLACE FUNCTION id_generator_server_status() RETURNS TABLE (
+	"epoch" timestamp with time zone,
+	"range_end" timestamp with time zone,
+	"years_left" double precision,
+	"persisted_mark" timestamp with time zone,
+	"reserved_until" timestamp with time zone,
+	"uuid_minted" bigint,
+	"uuid_clock_regressions" bigint,
+	"uuid_lead_ms" bigint,
+	"mark_lead_ms" bigint,
+	"minting_resumes_at" timestamp with time zone
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'id_generator_server_status_0_4_wrapper';

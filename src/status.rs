@@ -22,11 +22,45 @@ fn last_and_lead(slot: &Slot, fmt: TickFormat, now_ms: i64) -> (i64, i32, i64) {
     (ms, (last & ((1 << fmt.bits) - 1)) as i32, (ms - now_ms).max(0))
 }
 
+// Each release's SQL binds the C symbol of the result shape it declares, as
+// core extensions do (`pg_stat_statements_1_2`): `id_generator_status_0_2`
+// (the shape since 0.2.0) and `id_generator_server_status_0_4` (since 0.4.0).
+// SQL of a release newer than the library loaded (an update run before the
+// restart) then fails with "could not find function" instead of reading
+// columns past the end of what the older library returns. The unversioned
+// symbols stay for the catalogs of 0.1.0 to 0.4.0, which bound them: their
+// shapes are prefixes of today's, and PostgreSQL forms each row with the
+// columns the catalog declares.
+
+/// Exports a symbol that catalogs before 0.5.0 bind, with its V1 info
+/// record, calling the function pgrx made for today's shape.
+macro_rules! legacy_symbol {
+    ($legacy:ident, $finfo:ident, $current:ident) => {
+        #[no_mangle]
+        #[doc(hidden)]
+        pub unsafe extern "C-unwind" fn $legacy(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            // SAFETY: the same call, with the same call info, that PostgreSQL
+            // would make to the current symbol (the function takes no arguments).
+            unsafe { $current(fcinfo) }
+        }
+
+        #[no_mangle]
+        #[doc(hidden)]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
+}
+
+legacy_symbol!(id_generator_status_wrapper, pg_finfo_id_generator_status_wrapper, id_generator_status_0_2_wrapper);
+legacy_symbol!(id_generator_server_status_wrapper, pg_finfo_id_generator_server_status_wrapper, id_generator_server_status_0_4_wrapper);
+
 /// One row per logical shard that has minted since the server started, or
 /// was released (then `released` is true and there is no last ID).
 #[allow(clippy::type_complexity)]
-#[pg_extern(volatile, parallel_safe)]
-fn id_generator_status() -> TableIterator<
+#[pg_extern(name = "id_generator_status", volatile, parallel_safe)]
+fn id_generator_status_0_2() -> TableIterator<
     'static,
     (
         name!(shard, i32),
@@ -70,8 +104,8 @@ fn id_generator_status() -> TableIterator<
 /// One row of server-level figures: the epoch and the range left, this
 /// database's persisted and reserved high-water mark, and the UUIDv7 generator.
 #[allow(clippy::type_complexity)]
-#[pg_extern(volatile, parallel_unsafe)]
-fn id_generator_server_status() -> TableIterator<
+#[pg_extern(name = "id_generator_server_status", volatile, parallel_unsafe)]
+fn id_generator_server_status_0_4() -> TableIterator<
     'static,
     (
         name!(epoch, TimestampWithTimeZone),

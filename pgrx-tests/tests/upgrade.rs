@@ -390,10 +390,23 @@ fn update_from_the_release(release: &str, before: fn(&mut Client)) {
     );
     before(&mut c);
     let old_max = fill(&mut c);
-    drop(c);
-    server.stop("fast");
+    // This release's package installed while the old library runs, and the
+    // update run before the restart (an order many administrators use): the
+    // new SQL binds symbols the old library lacks, so the update fails whole
+    // with 42883, nothing is read past the end of the old library's rows, and
+    // the old objects keep answering.
     installation.install(&new);
     let _ = std::fs::remove_dir_all(&unpacked);
+    let err = c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "42883", "{db}");
+    assert!(db.message().contains("could not find function"), "{}", db.message());
+    let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, release, "the failed update changed nothing");
+    let columns = c.query_one("SELECT * FROM id_generator_server_status()", &[]).unwrap().len();
+    assert_eq!(columns, 8, "the release's status function, as it was");
+    drop(c);
+    server.stop("fast");
     server.start_process();
     let mut c = server.client();
     let has: bool = c
