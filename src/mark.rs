@@ -302,8 +302,8 @@ pub fn init() {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    // May raise at pre-commit: the transaction then aborts.
-    if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT {
+    // May raise at pre-commit (or pre-prepare): the transaction then aborts.
+    if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
         take_restored_mark();
     }
 }

@@ -240,12 +240,15 @@ fn an_unprivileged_role_writes_the_mark_with_the_first_id_after_a_start() {
 /// clock behind the old primary's (a reviewer's reproducer).
 #[test]
 fn a_promoted_standby_with_a_lagging_clock_does_not_repeat_another_databases_ids() {
-    let mut primary = Server::start_with_clock("promo_primary", &[]);
+    // The standby's clock a minute behind (far longer than any promotion
+    // takes, so a floor that missed the replayed transactions would mint
+    // below them), within the lead bound both servers have.
+    let mut primary = Server::start_with_clock("promo_primary", &[LONG_LEAD]);
     primary.client().batch_execute("CREATE DATABASE b").unwrap();
     primary.client_db("b").batch_execute("CREATE EXTENSION pg_idgen; SELECT next_shard_id(3)").unwrap();
     primary.client().batch_execute("SELECT next_shard_id(3)").unwrap();
     let standby = Server::standby_of(&primary, "promo_standby", &[]);
-    standby.set_clock("-5s");
+    standby.set_clock("-60s");
     // The primary goes on minting in database postgres, past everything the
     // standby's copied files and database b's mark know.
     std::thread::sleep(std::time::Duration::from_secs(6));
