@@ -1255,9 +1255,11 @@ mod tests {
     #[pg_test]
     fn many_filters_on_one_key_fold_into_one_range() {
         setup();
+        // The IDs around T only: without the rewrite, each row is decoded thousands of times.
+        Spi::run("CREATE TABLE few (id bigint PRIMARY KEY); INSERT INTO few SELECT id FROM ev WHERE n = 0; ANALYZE few").unwrap();
         let filters = (1..=2000).map(|i| format!("id_ts(id) >= '{T}'::timestamptz - interval '{i} ms'")).collect::<Vec<_>>();
         let uppers = (1..=2000).map(|i| format!("'{T}'::timestamptz + interval '{i} s' > id_ts(id)")).collect::<Vec<_>>();
-        let query = format!("SELECT count(*) FROM ev WHERE {} AND {} AND id_ts(id) <= '2040-01-01'", filters.join(" AND "), uppers.join(" AND "));
+        let query = format!("SELECT count(*) FROM few WHERE {} AND {} AND id_ts(id) <= '2040-01-01'", filters.join(" AND "), uppers.join(" AND "));
         let plan = explain(&query);
         let start = &plan[..plan.len().min(1000)];
         assert_eq!(plan.matches("id_lower_bound_clamped").count(), 1, "one lower bound: {start}");
