@@ -419,6 +419,7 @@ unsafe extern "C-unwind" fn walker(node: *mut Node, ctx: *mut c_void) -> bool {
     // SAFETY: `ctx` is the `Level` of the query being walked; `node` a valid parse node.
     unsafe {
         raw::check_stack_depth();
+        check_for_interrupts();
         let level = &*(ctx as *const Level);
         match (*node).type_ {
             NodeTag::T_Query => {
