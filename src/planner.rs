@@ -209,8 +209,9 @@ pub fn init() {
 
 /// The hook. Not `#[pg_guard]`, and it holds nothing with a destructor: the
 /// next planner is called from here so that its errors reach PostgreSQL
-/// untouched (see `raw`). Nothing in it can panic; the one fallible Rust
-/// part, the catalog lookup, is a `#[pg_guard]` function of its own.
+/// untouched (see `raw`). Nothing in it can panic; the fallible Rust parts,
+/// the catalog lookup and the EXECUTE check, are `#[pg_guard]` functions of
+/// their own.
 unsafe extern "C-unwind" fn planner(
     parse: *mut pg_sys::Query,
     query_string: *const c_char,
