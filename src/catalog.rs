@@ -3,8 +3,8 @@
 //!
 //! Names are never resolved under the caller's `search_path`. Our own
 //! objects are found by catalog C APIs (the extension's schema from
-//! `pg_extension`, relations with `get_relname_relid`, functions with
-//! `LookupFuncName` and a qualified name); where SQL is needed, it names
+//! `pg_extension`, relations with `get_relname_relid`, functions by the
+//! syscache, by name, argument types and schema OID); where SQL is needed, it names
 //! every relation with its schema, every function and operator with
 //! `pg_catalog`, and runs under `search_path = pg_catalog, pg_temp`, so a
 //! caller's functions, operators and casts can never be picked up (nor
@@ -207,6 +207,28 @@ pub fn database_name() -> String {
     }
 }
 
+/// The first column of the first row of a table of ours whose first column
+/// is a NOT NULL `bigint`, read under the active snapshot (the transaction's
+/// when none is active) by a scan of the table itself: no SQL, so no check
+/// of the current user's rights on the extension's schema, which a role may
+/// lack while it runs functions that decode IDs.
+pub fn first_bigint(rel: pg_sys::Oid) -> Option<i64> {
+    // SAFETY: opens an existing relation of ours and scans it; the first
+    // attribute, NOT NULL and 8-byte aligned, sits at the start of the
+    // tuple's data (GETSTRUCT), read while the scan holds the tuple.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let table = pg_sys::table_open(rel, lock);
+        let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
+        let scan = pg_sys::systable_beginscan(table, pg_sys::InvalidOid, false, snapshot, 0, std::ptr::null_mut());
+        let tuple = pg_sys::systable_getnext(scan);
+        let value = (!tuple.is_null()).then(|| *pg_sys::heap_tuple_get_struct::<i64>(tuple));
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(table, lock);
+        value
+    }
+}
+
 /// The name of a schema.
 fn schema_name(nsp: pg_sys::Oid) -> Option<String> {
     // SAFETY: a syscache lookup; NULL for a schema that does not exist.
@@ -229,18 +251,46 @@ pub fn relation(name: &CStr) -> Option<pg_sys::Oid> {
     (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
-/// A function of the extension's schema with exactly these argument types.
+/// A function of schema `nsp` with exactly these argument types, by the
+/// syscache: no `search_path`, and no check of the current user's rights on
+/// the schema (the planner hook looks up its own functions on every query of
+/// every role, including roles without USAGE on the extension's schema).
 pub fn function(nsp: pg_sys::Oid, name: &CStr, args: &[pg_sys::Oid]) -> Option<pg_sys::Oid> {
-    let schema = CString::new(schema_name(nsp)?).ok()?;
-    // SAFETY: builds a qualified name list in the current memory context;
-    // LookupFuncName with missing_ok = true returns InvalidOid when absent
-    // and never consults search_path for a qualified name.
+    // SAFETY: a syscache lookup by (name, argument types, schema) in the
+    // current memory context; InvalidOid when there is no such function.
+    // A name key may be given as a C string, as core's lookups do.
     let oid = unsafe {
-        let mut names = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeString(pg_sys::pstrdup(schema.as_ptr())).cast());
-        names = pg_sys::lappend(names, pg_sys::makeString(pg_sys::pstrdup(name.as_ptr())).cast());
-        pg_sys::LookupFuncName(names, args.len() as i32, args.as_ptr(), true)
+        let argtypes = pg_sys::buildoidvector(args.as_ptr(), args.len() as i32);
+        pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::PROCNAMEARGSNSP as i32,
+            pg_sys::Anum_pg_proc_oid as pg_sys::AttrNumber,
+            pg_sys::Datum::from(name.as_ptr()),
+            pg_sys::Datum::from(argtypes),
+            pg_sys::Datum::from(nsp),
+            pg_sys::Datum::from(0),
+        )
     };
     (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// Whether the current user may execute a function: the check the executor
+/// makes, answered rather than raised.
+pub fn may_execute(func: pg_sys::Oid) -> bool {
+    // SAFETY: an ACL check of an existing function for the current user.
+    #[cfg(feature = "pg15")]
+    let result = unsafe { pg_sys::pg_proc_aclcheck(func, pg_sys::GetUserId(), pg_sys::ACL_EXECUTE as pg_sys::AclMode) };
+    // SAFETY: the same, under its PostgreSQL 16 name.
+    #[cfg(not(feature = "pg15"))]
+    let result = unsafe {
+        pg_sys::object_aclcheck(pg_sys::ProcedureRelationId, func, pg_sys::GetUserId(), pg_sys::ACL_EXECUTE as pg_sys::AclMode)
+    };
+    result == pg_sys::AclResult::ACLCHECK_OK
+}
+
+/// The function behind an operator (InvalidOid for no such operator).
+pub fn operator_function(op: pg_sys::Oid) -> pg_sys::Oid {
+    // SAFETY: a syscache lookup; InvalidOid when there is no such operator.
+    unsafe { pg_sys::get_opcode(op) }
 }
 
 /// A schema's OID, or None when there is no such schema.

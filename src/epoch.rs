@@ -16,7 +16,6 @@ use crate::errors::IdError;
 use crate::core::layout;
 use crate::{catalog, clock, settings};
 
-const TABLE: &str = "pg_idgen_epoch";
 
 extension_sql!(
     r#"
@@ -60,9 +59,9 @@ fn recorded() -> Option<i64> {
     epoch
 }
 
+/// Read without SQL: a role without USAGE on the extension's schema still decodes.
 fn read() -> Option<i64> {
-    catalog::relation(c"pg_idgen_epoch")?;
-    catalog::query_one(&format!("SELECT epoch_ms FROM {}", catalog::qualified(TABLE)), &[])
+    catalog::first_bigint(catalog::relation(c"pg_idgen_epoch")?)
 }
 
 /// The epoch (Unix ms) to decode and build IDs with in this database: the
