@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(sqlstate("next_shard_id(4605)"), "55000");
         assert_eq!(one::<String>("SELECT string_agg(first_shard || '-' || last_shard, ',') FROM shard_claims"), "4600-4604,4606-4609");
         assert_eq!(one::<i64>("SELECT high_water FROM shard_releases WHERE shard = 4605"), high);
-        assert_eq!(sqlstate("shard_claim(5, 5)"), "55000", "a released shard is adopted, not claimed");
+        assert_eq!(sqlstate("shard_claim(4605, 4605)"), "55000", "a released shard is adopted, not claimed");
         // Taking it back above the release ID.
         Spi::run(&format!("SELECT shard_adopt(4605, {high})")).unwrap();
         assert!(one::<i64>("SELECT next_shard_id(4605)") > high);
