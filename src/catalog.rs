@@ -200,9 +200,15 @@ pub fn extension_version() -> String {
 
 /// The name of the current database.
 pub fn database_name() -> String {
-    // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.
+    // SAFETY: MyDatabaseId is set once connected.
+    database_name_of(unsafe { pg_sys::MyDatabaseId }.to_u32())
+}
+
+/// The name of a database ("" when there is none of that OID).
+pub fn database_name_of(dboid: u32) -> String {
+    // SAFETY: a lookup in the shared catalog pg_database; a palloc'd copy or NULL.
     unsafe {
-        let p = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        let p = pg_sys::get_database_name(pg_sys::Oid::from(dboid));
         if p.is_null() { String::new() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
     }
 }

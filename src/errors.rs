@@ -33,9 +33,9 @@ pub enum IdError {
     ClockOutOfRange,
     /// Minting would put an ID's time further ahead of the clock than allowed.
     ClockBehind { shard: Option<i32>, ahead_ms: i64, max_lead_ms: i64 },
-    /// This database's high-water mark (restored, upgraded, or replayed from
-    /// a server whose clock was ahead) is further ahead of the clock than the
-    /// lead bound: this database refuses, the others go on.
+    /// A database's high-water mark (restored, upgraded, or replayed from a
+    /// server whose clock was ahead) is further ahead of the clock than the
+    /// lead bound: held, so that no database mints one of its IDs again.
     MarkAhead { database: String, ahead_ms: i64, max_lead_ms: i64, resumes_at: String },
     NotPreloaded,
     /// A function of the library called where the extension is not (fully) installed.
@@ -61,6 +61,8 @@ pub enum IdError {
     PermissionDenied(String),
     /// A direct write to an ownership table by a role that is not a superuser.
     OwnershipWrittenDirectly(String),
+    /// A trigger other than pg_idgen's on an ownership table ("name on table").
+    ForeignTrigger(String),
     /// Ownership changes outside the fleet database.
     NotFleetDatabase(String),
     /// `pg_idgen.fleet_database` names a database that does not exist.
@@ -132,7 +134,7 @@ impl IdError {
         match self {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             TimeOutOfRange | TimeOutOfRangeFor { .. } | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
-            ClockBehind { .. } | MarkAhead { .. } | NotPreloaded | NotInstalled | NotUpdated(_) => {
+            ClockBehind { .. } | MarkAhead { .. } | NotPreloaded | NotInstalled | NotUpdated(_) | ForeignTrigger(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
             ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
@@ -203,15 +205,15 @@ impl IdError {
                 Some("Wait for the clock to catch up, or raise pg_idgen.max_clock_lead_ms.".into()),
             ),
             MarkAhead { database, ahead_ms, max_lead_ms, resumes_at } => (
-                format!("cannot mint in database \"{database}\": the clock is {ahead_ms} ms behind its high-water mark"),
+                format!("cannot mint: the clock is {ahead_ms} ms behind the high-water mark of database \"{database}\""),
                 Some(format!(
-                    "The mark says IDs and UUIDs up to that time may already be stored here: it was restored (pg_restore, pg_dumpall, \
-                     pg_upgrade) or replayed from a server whose clock was ahead of this one's. pg_idgen.max_clock_lead_ms = {max_lead_ms}; \
-                     other databases mint as before."
+                    "IDs and UUIDs up to that time may be stored in database \"{database}\": its mark was restored (pg_restore, pg_dumpall, \
+                     pg_upgrade) or replayed from a server whose clock was ahead of this one's. No database of the server mints until \
+                     every generator can be above it within pg_idgen.max_clock_lead_ms = {max_lead_ms}, so that none repeats one of them."
                 )),
                 Some(format!(
-                    "Minting here resumes at {resumes_at}. Check this server's clock; raising pg_idgen.max_clock_lead_ms \
-                     (postgresql.conf, then reload) lets it mint that far ahead of the clock at once."
+                    "Minting resumes at {resumes_at}. Check this server's clock; raising pg_idgen.max_clock_lead_ms (postgresql.conf, \
+                     then reload) lets it mint that far ahead at once; dropping database \"{database}\" (an edited dump) releases it."
                 )),
             ),
             NotPreloaded => (
@@ -277,6 +279,11 @@ impl IdError {
                 )),
             ),
             PermissionDenied(table) => (format!("permission denied for table {table}"), None, None),
+            ForeignTrigger(trigger) => (
+                format!("trigger {trigger} is not pg_idgen's"),
+                Some("The ownership tables take no triggers but pg_idgen's: one would run while shard ownership is written.".into()),
+                Some("Drop the trigger (and grant the shard manager INSERT, UPDATE and DELETE on the ownership tables, not ALL).".into()),
+            ),
             OwnershipWrittenDirectly(table) => (
                 format!("permission denied for table {table}"),
                 Some("Shard ownership changes only through shard_claim, shard_release, shard_adopt and shard_own_all, \

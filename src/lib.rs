@@ -51,7 +51,7 @@ pub extern "C-unwind" fn _PG_init() {
     }
     settings::register(preloading);
     if preloading {
-        shared::init(mark::restart_floors);
+        shared::init(mark::restart_state);
         mark::init();
         planner::init();
         fleet::register_loader();

@@ -60,6 +60,7 @@ impl DbReservation {
     /// before anything is measured against the generators, so that a
     /// refusal states the whole distance to what they must stay above.
     pub fn loaded(offset_ms: i64) -> DbReservation {
+        check_held();
         let reservation = DbReservation::current(offset_ms);
         if reservation.reserved_until_ms() == 0 {
             extend(reservation.mark, clock::unix_us().div_euclid(1000));
@@ -203,6 +204,7 @@ fn extend(mark: &DbMark, need_ms: i64) {
 fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     let persisted = catalog::sequence_value(seq);
     let reserved = mark.reserved_ms.load(Ordering::Acquire);
+    let dboid = mark.dboid.load(Ordering::Relaxed);
     if reserved == 0 {
         // The first load since the server started (for a shared entry) or
         // since the session did (for a session's own reservation). A shared
@@ -212,62 +214,151 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
         // carried by pg_upgrade): otherwise the generators started above the
         // file, or were raised when the file was last written. So sessions
         // never push one another ahead of the clock.
-        if !mark.per_session || filed_ms(mark.dboid.load(Ordering::Relaxed)) < persisted {
+        if !mark.per_session || filed_ms(dboid) < persisted {
             raise_floor(last_replayed_commit_ms());
-            admit(persisted);
+            admit(dboid, persisted);
         } else if persisted >= need_ms {
             // Reserved (and flushed, and filed) by an earlier session: take it as it is.
             mark.reserved_ms.fetch_max(persisted, Ordering::AcqRel);
             return;
         }
     } else if persisted > reserved {
-        // Written since by someone else: a restore's setval that committed
-        // while this server ran without the library seeing it.
-        admit(persisted);
+        // Written since by someone else, and not taken at its commit (see
+        // `take_restored_mark`): taken now.
+        admit(dboid, persisted);
     }
     let now_ms = clock::unix_us().div_euclid(1000);
     let target = need_ms.max(now_ms).max(persisted) + RESERVE_MS;
     catalog::set_sequence(seq, target);
+    WROTE.set(Some(target));
     // The mark is on disk before any value under it is handed out, whether
     // or not the transaction that wrote it commits.
     // SAFETY: flushes up to the end of the record setval just wrote (the
     // insert position itself may lie past a page header not yet written).
     unsafe { pg_sys::XLogFlush(pg_sys::XactLastRecEnd) };
-    write_server_file(mark.dboid.load(Ordering::Relaxed), target);
+    write_server_file(dboid, target);
     mark.reserved_ms.fetch_max(target, Ordering::AcqRel);
 }
 
-/// Takes this database's persisted mark (Unix ms) as what every generator
-/// must stay above: raises them all, unless it is further ahead of the clock
-/// than `pg_idgen.max_clock_lead_ms`. Then it refuses, in this database only:
-/// a mark restored from a server whose clock ran ahead (or edited in a dump)
-/// never stops the other databases, and never reaches the mark files.
-fn admit(persisted_ms: i64) {
-    let ahead_ms = persisted_ms - clock::unix_us().div_euclid(1000);
-    let max_lead_ms = settings::max_clock_lead_ms();
-    if ahead_ms > max_lead_ms {
-        IdError::MarkAhead {
-            database: catalog::database_name(),
-            ahead_ms,
-            max_lead_ms,
-            resumes_at: crate::core::layout::format_unix_ms(persisted_ms - max_lead_ms),
-        }
-        .raise()
+/// The mark this backend last wrote itself (`write_mark`), which the check
+/// at commit leaves alone.
+static WROTE: BackendLocal<Option<i64>> = BackendLocal::new(None);
+
+// ---- marks brought in from elsewhere -------------------------------------------
+//
+// The invariant: every value handed out, in any database, is above the
+// persisted mark of every database of the server that has been taken (and a
+// mark is taken when it is loaded, and at the commit of whatever set it). A
+// mark further ahead of the clock than the lead bound can be taken only by
+// stopping: it is *held*, and no database mints until the clock is within
+// the bound of it (then every generator is raised above it) or its database
+// is dropped (then nothing can repeat its IDs). The refusal names the
+// database, the distance and the cure. Held marks are kept in files of their
+// own, `pg_idgen_held.<database OID>`, never in the mark files.
+
+/// How far ahead of the clock a mark may be taken at once: the lead bound,
+/// plus the reservation a mark holds above what was handed out under it.
+fn takeable_lead_ms() -> i64 {
+    settings::max_clock_lead_ms() + RESERVE_MS
+}
+
+/// Takes database `dboid`'s persisted mark (Unix ms) as what every generator
+/// must stay above: raises them all, or holds the mark if it is too far
+/// ahead (and refuses).
+fn admit(dboid: u32, persisted_ms: i64) {
+    if persisted_ms - clock::unix_us().div_euclid(1000) > takeable_lead_ms() {
+        hold(dboid, persisted_ms);
+        check_held();
     }
     raise_floor(persisted_ms);
 }
 
-/// At the commit of a transaction that set this database's mark (the
-/// `setval` of a restore: pg_restore, pg_dumpall, psql of a dump, and
+const HELD_PREFIX: &str = "pg_idgen_held.";
+
+/// Holds a database's mark: in shared memory, where every mint checks it,
+/// and in a file, so that a restart holds it again.
+fn hold(dboid: u32, mark_ms: i64) {
+    let state = shared::state().or_raise();
+    let slot = state
+        .held
+        .iter()
+        .find(|h| h.dboid.load(Ordering::Acquire) == dboid)
+        .or_else(|| state.held.iter().find(|h| h.dboid.compare_exchange(0, dboid, Ordering::SeqCst, Ordering::SeqCst).is_ok()))
+        .unwrap_or_else(|| {
+            IdError::Internal(format!("more than {} databases hold a mark ahead of the clock", shared::HELD_SLOTS)).raise()
+        });
+    write_file(&format!("{HELD_PREFIX}{dboid}"), mark_ms.max(slot.mark_ms.load(Ordering::Acquire)));
+    slot.mark_ms.fetch_max(mark_ms, Ordering::SeqCst);
+    state.any_held.store(true, Ordering::SeqCst);
+}
+
+/// The furthest mark held (Unix ms), 0 when none: what minting waits for.
+pub fn held_ms() -> i64 {
+    shared::state().map_or(0, |s| s.held.iter().map(|h| h.mark_ms.load(Ordering::Acquire)).max().unwrap_or(0))
+}
+
+/// On every mint: nothing while no mark is held (one load). Otherwise each
+/// held mark is released if its database is gone, taken if the clock is now
+/// within the bound of it, or else refused.
+#[inline]
+pub fn check_held() {
+    let state = shared::state().or_raise();
+    if state.any_held.load(Ordering::Acquire) {
+        check_held_slowly(state);
+    }
+}
+
+#[cold]
+fn check_held_slowly(state: &shared::SharedState) {
+    for slot in &state.held {
+        let dboid = slot.dboid.load(Ordering::SeqCst);
+        let mark_ms = slot.mark_ms.load(Ordering::SeqCst);
+        if dboid == 0 || mark_ms == 0 {
+            // Free, or being taken by `hold` (its mark comes next).
+            continue;
+        }
+        let ahead_ms = mark_ms - clock::unix_us().div_euclid(1000);
+        if database_exists(dboid) && ahead_ms > takeable_lead_ms() {
+            let max_lead_ms = settings::max_clock_lead_ms();
+            IdError::MarkAhead {
+                database: catalog::database_name_of(dboid),
+                ahead_ms,
+                max_lead_ms,
+                resumes_at: crate::core::layout::format_unix_ms(mark_ms - takeable_lead_ms()),
+            }
+            .raise()
+        }
+        if database_exists(dboid) {
+            raise_floor(mark_ms);
+            write_server_file(dboid, mark_ms.max(filed_ms(dboid)));
+        }
+        // Released unless held further meanwhile.
+        if slot.mark_ms.compare_exchange(mark_ms, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            let _ = std::fs::remove_file(format!("{HELD_PREFIX}{dboid}"));
+            let _ = slot.dboid.compare_exchange(dboid, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+    // Every slot was free: cleared, unless a mark was held meanwhile (`hold`
+    // takes its slot before it sets the flag, so the scan after sees it).
+    state.any_held.store(false, Ordering::SeqCst);
+    if state.held.iter().any(|h| h.dboid.load(Ordering::SeqCst) != 0) {
+        state.any_held.store(true, Ordering::SeqCst);
+    }
+}
+
+/// At the commit (or PREPARE) of a transaction that set this database's mark
+/// (the `setval` of a restore: pg_restore, pg_dumpall, psql of a dump, and
 /// pg_upgrade, whose dump sets every sequence), the mark is taken at once,
 /// before anything else mints: every generator is raised above it and it is
 /// filed in the data directory (pg_upgrade's too), so that from then on, and
-/// after any restart, no database mints an ID the restored data may hold.
-/// A mark further ahead of the clock than the lead bound is left for this
-/// database's next mint, which refuses (see `admit`).
+/// after any restart, no database mints an ID the restored data may hold; or
+/// it is held (see above). A restore that would lower the mark below what
+/// this server reserved is undone, so the mark stays at or above every value.
 fn take_restored_mark() {
     // SAFETY: reads this backend's own globals.
     let (wrote_wal, dboid) = unsafe { (pg_sys::XactLastRecEnd != 0, pg_sys::MyDatabaseId.to_u32()) };
+    let wrote_myself = WROTE.get();
+    WROTE.set(None);
     if !wrote_wal || dboid == 0 || shared::state().is_err() {
         return;
     }
@@ -275,22 +366,23 @@ fn take_restored_mark() {
     if !catalog::sequence_touched(seq) {
         return;
     }
+    // Serialized with `extend`, and released at once (not held through the
+    // rest of the commit, where others would wait behind it).
     catalog::lock(seq, pg_sys::ShareUpdateExclusiveLock);
     let persisted = catalog::with_latest_snapshot(|| as_superuser(|| catalog::sequence_value(seq)));
-    let entry = MY_MARK.get().or_else(|| shared::find_mark(dboid));
-    let reserved = entry.map_or(0, |m| m.reserved_ms.load(Ordering::Acquire));
-    if persisted <= reserved.max(filed_ms(dboid)) {
-        return;
-    }
-    if persisted - clock::unix_us().div_euclid(1000) > settings::max_clock_lead_ms() {
-        // Loaded again (and refused) by this database's next mint.
-        if let Some(m) = entry {
-            m.reserved_ms.store(0, Ordering::Release);
+    if Some(persisted) != wrote_myself {
+        let entry = MY_MARK.get().or_else(|| shared::find_mark(dboid));
+        let ours = entry.map_or(0, |m| m.reserved_ms.load(Ordering::Acquire)).max(filed_ms(dboid));
+        if persisted < ours {
+            as_superuser(|| catalog::with_latest_snapshot(|| catalog::set_sequence(seq, ours)));
+        } else if persisted - clock::unix_us().div_euclid(1000) > takeable_lead_ms() {
+            hold(dboid, persisted);
+        } else {
+            raise_floor(persisted);
+            write_server_file(dboid, persisted);
         }
-        return;
     }
-    raise_floor(persisted);
-    write_server_file(dboid, persisted);
+    catalog::unlock(seq, pg_sys::ShareUpdateExclusiveLock);
 }
 
 /// Registers the check of `take_restored_mark` at every commit. Called from
@@ -302,9 +394,12 @@ pub fn init() {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    // May raise at pre-commit (or pre-prepare): the transaction then aborts.
-    if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
-        take_restored_mark();
+    use pg_sys::XactEvent::*;
+    match event {
+        // May raise: the transaction then aborts.
+        XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => take_restored_mark(),
+        XACT_EVENT_ABORT => WROTE.set(None),
+        _ => {}
     }
 }
 
@@ -347,12 +442,17 @@ fn write_file(path: &str, target_ms: i64) {
 /// The mark files of the data directory: (database OID, reservation in Unix
 /// ms); an unreadable file counts as 0.
 fn mark_files() -> Vec<(u32, i64)> {
+    files(FILE_PREFIX)
+}
+
+/// The files of the data directory named `prefix` and a database OID, with their values.
+fn files(prefix: &str) -> Vec<(u32, i64)> {
     std::fs::read_dir(".")
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().strip_prefix(FILE_PREFIX)?.parse::<u32>().ok())
-        .map(|oid| (oid, filed_ms(oid)))
+        .filter_map(|e| e.file_name().to_string_lossy().strip_prefix(prefix)?.parse::<u32>().ok())
+        .map(|oid| (oid, read_file(&format!("{prefix}{oid}"))))
         .collect()
 }
 
@@ -380,16 +480,20 @@ pub fn fold_files_of_dropped_databases() {
     }
 }
 
-/// Where generators start after a (re)start of the server: above the largest
-/// reservation any database recorded in the data directory. Called in the
-/// postmaster when shared memory is initialized.
-pub fn restart_floors() -> (u64, u64) {
+/// Where the state starts after a (re)start of the server: every generator
+/// above the largest reservation any database recorded in the data
+/// directory, and the held marks held again. Called in the postmaster when
+/// shared memory is initialized.
+pub fn restart_state() -> shared::Start {
     let max_ms = mark_files().into_iter().map(|(_, ms)| ms).max().unwrap_or(0);
     let floor = |ms: i64, bits: u32| if ms > 0 { ((ms as u64) << bits) - 1 } else { 0 };
-    if max_ms <= 0 {
-        return (0, 0);
-    }
-    (floor(max_ms + 1 - settings::configured_epoch_ms(), ID_TICKS.bits), floor(max_ms + 1, UUID_TICKS.bits))
+    let (id_floor, uuid_floor) = if max_ms > 0 {
+        (floor(max_ms + 1 - settings::configured_epoch_ms(), ID_TICKS.bits), floor(max_ms + 1, UUID_TICKS.bits))
+    } else {
+        (0, 0)
+    };
+    let held = files(HELD_PREFIX).into_iter().take(shared::HELD_SLOTS).collect();
+    shared::Start { id_floor, uuid_floor, held }
 }
 
 /// The time (Unix ms) of the last transaction replayed from WAL since this

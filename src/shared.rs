@@ -82,6 +82,27 @@ impl DbMark {
     }
 }
 
+/// A database's mark that no generator is above yet, because it is further
+/// ahead of the clock than the lead bound (see `mark::check_held`).
+pub struct Held {
+    /// The database, or 0 for a free slot.
+    pub dboid: AtomicU32,
+    /// The mark, in Unix ms.
+    pub mark_ms: AtomicI64,
+}
+
+/// How many databases' marks can be held at once.
+pub const HELD_SLOTS: usize = 16;
+
+/// Where a (re)started server's state starts (see `mark::restart_state`).
+pub struct Start {
+    /// Every shard generator's state starts at or above this tick, and the UUID generator's at `uuid_floor`.
+    pub id_floor: u64,
+    pub uuid_floor: u64,
+    /// Held marks, from their files: (database OID, Unix ms).
+    pub held: Vec<(u32, i64)>,
+}
+
 /// Words of a bitmap with one bit per logical shard.
 pub const SHARD_WORDS: usize = (MAX_SHARD as usize + 1) / 64;
 
@@ -108,19 +129,25 @@ pub struct SharedState {
     pub fleet: FleetState,
     /// Set once the log has said that sessions keep their own reservations.
     pub fallback_logged: AtomicBool,
+    pub held: [Held; HELD_SLOTS],
+    /// Set while a slot of `held` may be taken: the one load every mint makes.
+    pub any_held: AtomicBool,
 }
 
 // SAFETY: the state is only atomics, valid in any process that maps it.
 unsafe impl PGRXSharedMemory for SharedState {}
 
 impl SharedState {
-    /// Fresh state whose generators start above `floors` (ID ticks, UUID tick).
-    fn new(floors: (u64, u64)) -> Self {
+    /// Fresh state whose generators start above the floors of `start`, with its held marks.
+    fn new(start: Start) -> Self {
         const ZERO: AtomicU64 = AtomicU64::new(0);
+        const FREE: Held = Held { dboid: AtomicU32::new(0), mark_ms: AtomicI64::new(0) };
         let state = SharedState {
             shards: [Slot::EMPTY; MAX_SHARD as usize + 1],
             uuid: Slot::EMPTY,
             fallback_logged: AtomicBool::new(false),
+            held: [FREE; HELD_SLOTS],
+            any_held: AtomicBool::new(!start.held.is_empty()),
             fleet: FleetState {
                 loaded: AtomicBool::new(false),
                 version: AtomicU64::new(0),
@@ -132,9 +159,13 @@ impl SharedState {
             },
         };
         for slot in &state.shards {
-            slot.last.store(floors.0, Ordering::Relaxed);
+            slot.last.store(start.id_floor, Ordering::Relaxed);
         }
-        state.uuid.last.store(floors.1, Ordering::Relaxed);
+        state.uuid.last.store(start.uuid_floor, Ordering::Relaxed);
+        for (slot, (dboid, ms)) in state.held.iter().zip(start.held) {
+            slot.dboid.store(dboid, Ordering::Relaxed);
+            slot.mark_ms.store(ms, Ordering::Relaxed);
+        }
         state
     }
 
@@ -185,21 +216,21 @@ pub fn reclaim_mark(dboid: u32, exists: impl Fn(u32) -> bool) -> Option<&'static
 // SAFETY: the name is ours alone among shared memory segments.
 static STATE: PgAtomic<SharedState> = unsafe { PgAtomic::new(c"pg_idgen generator state") };
 
-/// Where the generators start after a (re)start: see `mark::restart_floors`.
-static FLOORS: std::sync::OnceLock<fn() -> (u64, u64)> = std::sync::OnceLock::new();
+/// Where the state starts after a (re)start: see `mark::restart_state`.
+static START: std::sync::OnceLock<fn() -> Start> = std::sync::OnceLock::new();
 
 static MARKS: AtomicPtr<DbMark> = AtomicPtr::new(std::ptr::null_mut());
 static MARK_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static mut PREV_SHMEM_REQUEST: Option<unsafe extern "C-unwind" fn()> = None;
 static mut PREV_SHMEM_STARTUP: Option<unsafe extern "C-unwind" fn()> = None;
 
-/// Requests and initialises the shared state, whose generators start above
-/// `floors()` (called at every shared-memory initialization, after a crash
-/// too), and the mark entries. Called from `_PG_init` while preloading,
-/// after the settings are defined.
-pub fn init(floors: fn() -> (u64, u64)) {
-    let _ = FLOORS.set(floors);
-    pg_shmem_init!(STATE = SharedState::new(FLOORS.get().map_or((0, 0), |f| f())));
+/// Requests and initialises the shared state as `start()` says (called at
+/// every shared-memory initialization, after a crash too), and the mark
+/// entries. Called from `_PG_init` while preloading, after the settings are
+/// defined.
+pub fn init(start: fn() -> Start) {
+    let _ = START.set(start);
+    pg_shmem_init!(STATE = SharedState::new(start_state()));
     // SAFETY: hooks are chained in the postmaster while preloading, before
     // any other process exists.
     unsafe {
@@ -213,6 +244,10 @@ pub fn init(floors: fn() -> (u64, u64)) {
         PREV_SHMEM_STARTUP = pg_sys::shmem_startup_hook;
         pg_sys::shmem_startup_hook = Some(on_shmem_startup);
     }
+}
+
+fn start_state() -> Start {
+    START.get().map_or_else(|| Start { id_floor: 0, uuid_floor: 0, held: Vec::new() }, |f| f())
 }
 
 const MARKS_NAME: &std::ffi::CStr = c"pg_idgen database marks";

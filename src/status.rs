@@ -140,7 +140,8 @@ fn id_generator_server_status_0_4() -> TableIterator<
         .map(|last| (last >> ID_TICKS.bits) as i64 + epoch)
         .min()
         .unwrap_or(0)
-        .max(mark::floor_to_load_ms(reserved, persisted));
+        .max(mark::floor_to_load_ms(reserved, persisted))
+        .max(mark::held_ms());
     let mark_lead = (floor_ms - now_ms).max(0);
     let max_lead = settings::max_clock_lead_ms();
     TableIterator::once((

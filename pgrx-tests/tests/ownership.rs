@@ -201,6 +201,19 @@ fn the_ownership_tables_cannot_be_written_around_the_functions() {
         )),
         "42501"
     );
+    // With ALL (so TRIGGER), a trigger of its own on the tables would write
+    // them while shard_claim may: the functions refuse while one is there.
+    s.client().batch_execute("GRANT ALL ON shard_ownership TO mgr; GRANT CREATE ON SCHEMA public TO mgr").unwrap();
+    m.batch_execute(
+        "CREATE FUNCTION public.sneak() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO public.shard_releases (shard, high_water) VALUES (42, 0); RETURN NULL; END $$;
+         CREATE TRIGGER sneak AFTER INSERT ON shard_ownership FOR EACH ROW EXECUTE FUNCTION public.sneak();",
+    )
+    .unwrap();
+    assert_eq!(sqlstate(m.batch_execute("SELECT shard_claim(500, 500)")), "55000");
+    let sneaked: i64 = s.client().query_one("SELECT count(*) FROM shard_releases WHERE shard = 42", &[]).unwrap().get(0);
+    assert_eq!(sneaked, 0);
+    s.client().batch_execute("DROP TRIGGER sneak ON shard_ownership").unwrap();
     s.restart();
     assert_eq!(mint(&mut s.client(), 5), "55000", "shard 5 stays released");
     let mut m = s.client_as("postgres", "mgr");
