@@ -64,16 +64,25 @@ fn tally(c: &mut Client, table: &str) -> (i64, i64, i64, i64) {
     (r.get(0), r.get(1), r.get(2), r.get(3))
 }
 
-/// A source whose clock runs ahead of the target's.
-fn source(name: &str) -> Server {
+/// A source whose clock runs `ahead` of the target's.
+fn source(name: &str, ahead: &str) -> Server {
     let s = Server::start_with_clock(name, &[]);
-    s.set_clock(AHEAD);
+    s.set_clock(ahead);
     s
+}
+
+/// A full custom-format dump of database postgres of a source `ahead` of
+/// the target's clock, with `rows` rows minted for shard 5 in its table t.
+fn dump_from_ahead(name: &str, ahead: &str, rows: i32) -> (Server, String) {
+    let a = source(name, ahead);
+    minted_table(&mut a.client(), "t", 5, rows);
+    let file = dump(&a, "pg_dump", &["-Fc", "-d", "postgres"], &format!("{name}.dump"));
+    (a, file)
 }
 
 #[test]
 fn restoring_into_a_database_that_already_minted_repeats_nothing() {
-    let a = source("restore-src");
+    let a = source("restore-src", AHEAD);
     minted_table(&mut a.client(), "t", 5, 20_000);
     let custom = dump(&a, "pg_dump", &["-Fc", "--data-only", "-d", "postgres"], "data.dump");
     let plain = dump(&a, "pg_dump", &["-Fp", "--data-only", "-d", "postgres"], "data.sql");
@@ -102,7 +111,7 @@ fn restoring_into_a_database_that_already_minted_repeats_nothing() {
 
 #[test]
 fn pg_dumpall_with_a_shard_minted_in_two_databases_repeats_nothing() {
-    let a = source("dumpall2-src");
+    let a = source("dumpall2-src", AHEAD);
     a.client().batch_execute("CREATE DATABASE b").unwrap();
     a.client_db("b").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     minted_table(&mut a.client(), "t", 3, 10_000);
@@ -120,7 +129,7 @@ fn pg_dumpall_with_a_shard_minted_in_two_databases_repeats_nothing() {
 /// cluster's clock behind the old one's, a shard minted in two databases.
 #[test]
 fn pg_upgrade_with_a_shard_minted_in_two_databases_repeats_nothing() {
-    let mut old = source("upgrade2-old");
+    let mut old = source("upgrade2-old", AHEAD);
     old.client().batch_execute("CREATE DATABASE b").unwrap();
     old.client_db("b").batch_execute("CREATE EXTENSION pg_idgen").unwrap();
     minted_table(&mut old.client(), "t", 3, 10_000);
@@ -164,10 +173,7 @@ fn check_two_databases(server: &Server) {
 /// and no mark file ever holds the hour.
 #[test]
 fn a_mark_restored_far_ahead_is_held_until_its_database_is_dropped() {
-    let a = Server::start_with_clock("ahead-src", &[]);
-    a.set_clock("+3600s");
-    minted_table(&mut a.client(), "t", 5, 1_000);
-    let file = dump(&a, "pg_dump", &["-Fc", "-d", "postgres"], "ahead.dump");
+    let (_a, file) = dump_from_ahead("ahead-src", "+3600s", 1_000);
     let mut b = Server::start("ahead-dst", &[]);
     b.client()
         .batch_execute(
@@ -220,10 +226,7 @@ fn a_mark_restored_far_ahead_is_held_until_its_database_is_dropped() {
 /// every database (the case that let 0.5.0's first draft repeat 19,486 IDs).
 #[test]
 fn a_mark_held_past_the_bound_is_taken_when_the_clock_comes_within_it() {
-    let a = Server::start_with_clock("held-src", &[]);
-    a.set_clock("+14s");
-    minted_table(&mut a.client(), "t", 5, 5_000);
-    let file = dump(&a, "pg_dump", &["-Fc", "-d", "postgres"], "held.dump");
+    let (_a, file) = dump_from_ahead("held-src", "+14s", 5_000);
     let b = Server::start("held-dst", &[]);
     b.client().batch_execute("CREATE DATABASE r").unwrap();
     b.client().batch_execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id(5), batch int)").unwrap();
