@@ -357,7 +357,7 @@ fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'").unwrap();
     let old_max = fill(&mut c);
-    update_with_this_library(&server, &mut c, old_max);
+    update_with_this_library(&server, &mut c, old_max, "0.2.0");
 }
 
 /// A release as its users have it: its library and SQL built from the
@@ -414,7 +414,15 @@ fn update_from_the_release(release: &str, before: fn(&mut Client)) {
         .unwrap()
         .get(0);
     assert!(!has, "the release's status function, without 0.4.0's columns, until the update");
-    update_with_this_library(&server, &mut c, old_max);
+    update_with_this_library(&server, &mut c, old_max, release);
+}
+
+#[test]
+fn update_from_the_0_1_0_release_as_built_from_its_commit() {
+    update_from_the_release("0.1.0", |c| {
+        // The 0.1.0 library is the one loaded: it has no pg_idgen.fleet_database (0.2.0's).
+        assert_eq!(sqlstate(c.query_one("SHOW pg_idgen.fleet_database", &[])), "42704");
+    });
 }
 
 #[test]
@@ -435,21 +443,33 @@ fn update_from_the_0_3_0_release_as_built_from_its_commit() {
 /// With an earlier release's objects and this library, before and after
 /// ALTER EXTENSION UPDATE: everything works before, and is kept and equal to
 /// a fresh install after, where this library's status columns are read.
-fn update_with_this_library(server: &Server, c: &mut Client, old_max: i64) {
-    // The new library with the old objects, before ALTER EXTENSION UPDATE:
-    // DEFAULTs mint, registration, renames and drops work, status reads.
-    c.batch_execute(
-        "INSERT INTO insta5.photos (n) VALUES (0);
-         SELECT shard_schema_create('before_update', 11);
-         ALTER SCHEMA before_update RENAME TO renamed_before_update;
-         SELECT id_shard(next_schema_id('renamed_before_update'));
-         DROP SCHEMA renamed_before_update;
-         SELECT uuid_v7(); SELECT * FROM id_generator_server_status(); SELECT * FROM id_generator_status();",
-    )
-    .unwrap();
-    let shard: i32 = c.query_one("SELECT id_shard(max(id)) FROM insta5.photos", &[]).unwrap().get(0);
-    assert_eq!(shard, 5);
-    c.batch_execute("DELETE FROM insta5.photos WHERE n = 0").unwrap();
+fn update_with_this_library(server: &Server, c: &mut Client, old_max: i64, release: &str) {
+    if release == "0.1.0" {
+        // The 0.1.0 registry (keyed by OID) with this library: what needs the
+        // newer one refuses with 55000 naming the update; the rest answers.
+        for sql in ["INSERT INTO insta5.photos (n) VALUES (0)", "SELECT shard_schema_create('before_update', 11)"] {
+            let err = c.batch_execute(sql).unwrap_err();
+            let db = err.as_db_error().expect("a server error");
+            assert_eq!((db.code().code(), db.hint()), ("55000", Some("Run ALTER EXTENSION pg_idgen UPDATE in this database.")), "{sql}: {db}");
+        }
+        c.batch_execute("SELECT next_shard_id(5); SELECT uuid_v7(); SELECT * FROM id_generator_server_status(); SELECT * FROM id_generator_status();")
+            .unwrap();
+    } else {
+        // The new library with the old objects, before ALTER EXTENSION UPDATE:
+        // DEFAULTs mint, registration, renames and drops work, status reads.
+        c.batch_execute(
+            "INSERT INTO insta5.photos (n) VALUES (0);
+             SELECT shard_schema_create('before_update', 11);
+             ALTER SCHEMA before_update RENAME TO renamed_before_update;
+             SELECT id_shard(next_schema_id('renamed_before_update'));
+             DROP SCHEMA renamed_before_update;
+             SELECT uuid_v7(); SELECT * FROM id_generator_server_status(); SELECT * FROM id_generator_status();",
+        )
+        .unwrap();
+        let shard: i32 = c.query_one("SELECT id_shard(max(id)) FROM insta5.photos", &[]).unwrap().get(0);
+        assert_eq!(shard, 5);
+        c.batch_execute("DELETE FROM insta5.photos WHERE n = 0").unwrap();
+    }
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
     assert_eq!(version, "0.5.0");
