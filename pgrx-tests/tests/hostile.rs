@@ -81,16 +81,18 @@ fn shadowed_builtins_never_run_and_the_mark_moves() {
     let before = mark(&server);
     let mut m = server.client_as("postgres", "mallory");
     m.batch_execute(TRAPS).unwrap();
+    // Each answers exactly as without the traps (each query says true).
     for sql in [
-        "SELECT next_shard_id(1)",
-        "SELECT count(DISTINCT next_shard_id(2)) FROM generate_series(1, 20000)",
-        "SELECT uuid_v7()",
-        "SELECT * FROM id_generator_server_status()",
-        "SELECT * FROM id_generator_status()",
+        "SELECT pg_catalog.int4eq(id_shard(next_shard_id(1)), 1)",
+        "SELECT pg_catalog.int8eq(count(DISTINCT next_shard_id(2)), 20000) FROM pg_catalog.generate_series(1, 20000)",
+        "SELECT uuid_v7_ts(uuid_v7()) IS NOT NULL",
+        "SELECT persisted_mark IS NOT NULL AND uuid_minted IS NOT NULL FROM id_generator_server_status()",
+        "SELECT pg_catalog.int8eq(minted, 20000) FROM id_generator_status() WHERE shard OPERATOR(pg_catalog.=) 2",
         "SELECT id_ts(next_shard_id(3)) >= pg_catalog.now() - interval '1 day'",
-        "SELECT id_epoch()",
+        "SELECT id_epoch() OPERATOR(pg_catalog.=) '2026-01-01 00:00:00+00'::timestamptz",
     ] {
-        m.batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let yes: bool = m.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}")).get(0);
+        assert!(yes, "{sql} answered false");
     }
     // Minting for more than the reservation: the mark is extended (by setval).
     std::thread::sleep(std::time::Duration::from_millis(1200));
