@@ -1,5 +1,5 @@
 //! Several real backends minting at once: no duplicate, strictly increasing
-//! per shard, honest times.
+//! per shard (within a backend, and across backends in real time), honest times.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -40,9 +40,13 @@ fn backends_minting_one_shard_never_collide_and_always_increase() {
             let mut c = server.client();
             std::thread::spawn(move || {
                 let mut seen: Vec<i64> = Vec::new();
+                // (sent, answered, smallest ID, largest ID) of each batch.
+                let mut spans: Vec<(Instant, Instant, i64, i64)> = Vec::new();
                 for _ in 0..batches {
                     assert!(Instant::now() < deadline, "took too long");
+                    let sent = Instant::now();
                     let (before, ids, after) = batch(&mut c, "next_shard_id(42)", per_batch);
+                    spans.push((sent, Instant::now(), ids[0], *ids.last().unwrap()));
                     for &id in &ids {
                         let (ms, shard, _) = decode(id);
                         assert_eq!(shard, 42);
@@ -52,14 +56,16 @@ fn backends_minting_one_shard_never_collide_and_always_increase() {
                     }
                     seen.extend(ids);
                 }
-                seen
+                (seen, spans)
             })
         })
         .collect();
     let mut all = HashSet::new();
     let mut total = 0;
+    let mut spans = Vec::new();
     for h in handles {
-        let seen = h.join().unwrap();
+        let (seen, s) = h.join().unwrap();
+        spans.extend(s);
         if let Some(w) = seen.windows(2).find(|w| w[0] >= w[1]) {
             panic!("not strictly increasing within one backend: {} then {}", w[0], w[1]);
         }
@@ -68,6 +74,13 @@ fn backends_minting_one_shard_never_collide_and_always_increase() {
     }
     assert_eq!(total, backends * batches * per_batch as usize);
     assert_eq!(all.len(), total, "{} duplicates", total - all.len());
+    // Across backends, in real time: a batch answered before another was
+    // sent (by any backend) has only smaller IDs.
+    for a in &spans {
+        for b in spans.iter().filter(|b| a.1 < b.0) {
+            assert!(a.3 < b.2, "a batch answered before another was sent has a larger ID: {} then {}", a.3, b.2);
+        }
+    }
 }
 
 #[test]
