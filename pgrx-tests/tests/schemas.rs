@@ -65,9 +65,19 @@ fn drop_schema_racing_a_registration_leaves_no_orphan() {
     let conninfo = server.conninfo("postgres").replace("user=postgres", "user=registrar");
     let register = std::thread::spawn(move || {
         let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
-        sqlstate(b.batch_execute("SELECT shard_schema_register('race2', 401)"))
+        sqlstate(b.batch_execute("SET application_name = 'racer'; SELECT shard_schema_register('race2', 401)"))
     });
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut watch = server.client();
+    let mut waiting = || {
+        pg_idgen_e2e::eventually(30, "the other session waits for a lock", || {
+            let n: i64 = watch
+                .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'racer' AND wait_event_type = 'Lock'", &[])
+                .unwrap()
+                .get(0);
+            n == 1
+        })
+    };
+    waiting();
     a.batch_execute("COMMIT").unwrap();
     assert_eq!(register.join().unwrap(), "3F000", "the registration waited for the drop and saw it");
     // The registration first, still open while the drop comes.
@@ -75,9 +85,9 @@ fn drop_schema_racing_a_registration_leaves_no_orphan() {
     let conninfo = server.conninfo("postgres");
     let drop = std::thread::spawn(move || {
         let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
-        sqlstate(b.batch_execute("DROP SCHEMA race4"))
+        sqlstate(b.batch_execute("SET application_name = 'racer'; DROP SCHEMA race4"))
     });
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    waiting();
     a.batch_execute("COMMIT").unwrap();
     assert_eq!(drop.join().unwrap(), "ok");
     let rows: i64 = a.query_one("SELECT count(*) FROM shard_schema_registry", &[]).unwrap().get(0);
