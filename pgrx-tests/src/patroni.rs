@@ -29,13 +29,21 @@ pub fn missing() -> Option<String> {
         })
 }
 
-/// A free TCP port on loopback (free when asked; nothing else here takes ports at random).
+/// A TCP port on loopback that was free when asked and that this process
+/// has not handed out before: the listener is closed before etcd or Patroni
+/// binds the port, so without the record two tests running at once (or two
+/// calls in a row) could be given the same one.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap();
+    for _ in 0..1000 {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port not handed out before, in 1,000 tries");
 }
 
 fn owned_dir(path: &Path) {
