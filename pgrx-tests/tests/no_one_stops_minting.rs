@@ -86,6 +86,11 @@ fn a_dropped_database_frees_its_entry() {
     s.client().batch_execute("DROP DATABASE a").unwrap();
     s.client().batch_execute("SELECT next_shard_id(1)").unwrap();
     assert!(!s.log().contains(FALLBACK), "the dropped database's entry was taken over");
+    // Both entries are taken again (postgres, b): a third database falls
+    // back, which the log says, so its silence above was not for want of a fallback.
+    s.client().batch_execute("CREATE DATABASE c").unwrap();
+    s.client_db("c").batch_execute("CREATE EXTENSION pg_idgen; SELECT next_shard_id(1)").unwrap();
+    assert!(s.log().contains(FALLBACK), "a database past max_databases falls back, and the log says so");
 }
 
 #[test]
