@@ -72,7 +72,12 @@ impl Fleet {
     }
 }
 
-fn run(seed: u64) -> (usize, usize) {
+/// What one run did, by kind of step: [releases, adoptions, refused prepared
+/// releases, clock steps, restarts, crashes].
+type Done = [usize; 6];
+
+fn run(seed: u64) -> (usize, usize, Done) {
+    let mut done: Done = [0; 6];
     let servers: Vec<Server> = (0..3)
         .map(|i| Server::start_with_clock(&format!("model{i}-{seed:x}"), &["max_prepared_transactions = 4"]))
         .collect();
@@ -103,6 +108,7 @@ fn run(seed: u64) -> (usize, usize) {
                     assert!(high > fleet.last.get(&shard).copied().unwrap_or(-1));
                     fleet.owner.insert(shard, None);
                     fleet.released.insert(shard, high);
+                    done[0] += 1;
                 } else {
                     assert_eq!(sqlstate(r), "55000", "seed {seed:#x} step {step}: release of a shard not owned");
                 }
@@ -115,6 +121,7 @@ fn run(seed: u64) -> (usize, usize) {
                         .unwrap_or_else(|e| panic!("seed {seed:#x} step {step}: adopt: {e:?}"));
                     fleet.released.remove(&shard);
                     fleet.owner.insert(shard, Some(server));
+                    done[1] += 1;
                 }
             }
             79..=84 => {
@@ -126,29 +133,45 @@ fn run(seed: u64) -> (usize, usize) {
                 let _ = c.batch_execute("ROLLBACK");
                 if fleet.owner[&shard] == Some(server) {
                     assert_eq!(sqlstate(r), "0A000", "seed {seed:#x} step {step}: prepared release");
+                    done[2] += 1;
                 }
             }
             85..=89 => {
                 let offset = format!("-{}s", rng.below(4));
                 fleet.servers[server].set_clock(&offset);
+                done[3] += 1;
             }
-            90..=94 => fleet.servers[server].restart(),
+            90..=94 => {
+                fleet.servers[server].restart();
+                done[4] += 1;
+            }
             _ => {
                 fleet.servers[server].stop("immediate");
                 fleet.servers[server].start_process();
+                done[5] += 1;
             }
         }
     }
-    (STEPS, fleet.minted)
+    (STEPS, fleet.minted, done)
 }
 
 #[test]
 fn random_sequences_over_three_servers_never_mint_twice() {
     let mut total = (0, 0);
+    let mut done: Done = [0; 6];
     for seed in SEEDS {
-        let (steps, ids) = run(seed);
-        println!("seed {seed:#x}: {steps} steps, {ids} IDs, all distinct and owned");
+        let (steps, ids, d) = run(seed);
+        println!("seed {seed:#x}: {steps} steps, {ids} IDs, all distinct and owned; {d:?}");
         total = (total.0 + steps, total.1 + ids);
+        for (t, n) in done.iter_mut().zip(d) {
+            *t += n;
+        }
     }
     println!("fleet model: {} steps, {} IDs over {} seeds", total.0, total.1, SEEDS.len());
+    // The model exercised what it is for: IDs, and every kind of event.
+    assert!(total.1 > 0, "no ID was minted");
+    let kinds = ["releases", "adoptions", "refused prepared releases", "clock steps", "restarts", "crashes"];
+    for (kind, n) in kinds.iter().zip(done) {
+        assert!(n > 0, "the runs made no {kind}: {done:?}");
+    }
 }
