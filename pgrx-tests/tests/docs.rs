@@ -1,0 +1,170 @@
+//! The manual keeps up with the extension: every SQL function and every
+//! `pg_idgen.*` setting of a running server appears in `docs/reference.md`,
+//! and every relative link of `README.md` and `docs/*.md` names a file that
+//! exists.
+
+use std::path::{Path, PathBuf};
+
+use pg_idgen_e2e::Server;
+
+/// The repository's top directory (this crate lives in `pgrx-tests/`).
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The Markdown files of the manual: README.md and every `docs/*.md`.
+fn manual_files() -> Vec<PathBuf> {
+    let mut files = vec![repository().join("README.md")];
+    let docs = repository().join("docs");
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(&docs)
+        .unwrap_or_else(|e| panic!("{}: {e}", docs.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    assert!(!pages.is_empty(), "no Markdown page in {}", docs.display());
+    files.extend(pages);
+    files
+}
+
+/// The targets of the inline links `[text](target)` of a Markdown text,
+/// outside code blocks and code spans.
+fn link_targets(text: &str) -> Vec<String> {
+    let mut targets = Vec::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        // Drop code spans, whose brackets are not links.
+        let mut plain = String::new();
+        let mut in_code = false;
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+            } else if !in_code {
+                plain.push(c);
+            }
+        }
+        let mut rest = plain.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            let target = after[..end].trim();
+            // `[text](target "title")`: the target is the first word.
+            let target = target.split_whitespace().next().unwrap_or("");
+            targets.push(target.to_string());
+            rest = &after[end + 1..];
+        }
+    }
+    targets
+}
+
+#[test]
+fn every_function_and_setting_is_in_the_reference() {
+    let reference_path = repository().join("docs").join("reference.md");
+    let reference = read(&reference_path);
+
+    let server = Server::start("docs", &[]);
+    let mut c = server.client();
+    let functions: Vec<(String, String)> = c
+        .query(
+            "SELECT p.proname::text, pg_catalog.pg_get_function_identity_arguments(p.oid)
+               FROM pg_catalog.pg_depend d
+               JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+               JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+              WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+                AND d.refclassid = 'pg_catalog.pg_extension'::regclass
+                AND d.deptype = 'e'
+                AND e.extname = 'pg_idgen'
+              ORDER BY 1, 2",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let settings: Vec<String> = c
+        .query("SELECT name FROM pg_catalog.pg_settings WHERE name LIKE 'pg_idgen.%' ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // The queries found what the extension has, not nothing.
+    assert!(functions.len() >= 40, "only {} functions of pg_idgen: {functions:?}", functions.len());
+    for name in ["next_shard_id", "uuid_v7", "id_generator_server_status", "shard_claim"] {
+        assert!(functions.iter().any(|(f, _)| f == name), "{name} is not among {functions:?}");
+    }
+    assert!(settings.len() >= 6, "only {} pg_idgen settings: {settings:?}", settings.len());
+    for name in ["pg_idgen.epoch", "pg_idgen.max_clock_lead_ms", "pg_idgen.public_id_key"] {
+        assert!(settings.iter().any(|s| s == name), "{name} is not among {settings:?}");
+    }
+
+    // A name counts as present in backticks, alone or called: `name` or `name(...`.
+    let mentioned = |name: &str| reference.contains(&format!("`{name}`")) || reference.contains(&format!("`{name}("));
+    let mut missing: Vec<String> = Vec::new();
+    for (name, args) in &functions {
+        if !mentioned(name) {
+            missing.push(format!("function {name}({args})"));
+        }
+    }
+    for name in &settings {
+        if !mentioned(name) {
+            missing.push(format!("setting {name}"));
+        }
+    }
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "{} of {} functions and {} settings are missing from {}:\n{}",
+        missing.len(),
+        functions.len(),
+        settings.len(),
+        reference_path.display(),
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn every_relative_link_of_the_manual_names_a_file_that_exists() {
+    let mut checked = 0;
+    let mut broken: Vec<String> = Vec::new();
+    for file in manual_files() {
+        let text = read(&file);
+        let dir = file.parent().unwrap();
+        for target in link_targets(&text) {
+            if target.starts_with("http://") || target.starts_with("https://") || target.starts_with("mailto:") {
+                continue;
+            }
+            if target.starts_with('#') {
+                continue;
+            }
+            let path = target.split('#').next().unwrap();
+            if path.is_empty() {
+                broken.push(format!("{}: empty link target ({target:?})", file.display()));
+                continue;
+            }
+            checked += 1;
+            if !dir.join(path).exists() {
+                broken.push(format!("{}: {target} ({} does not exist)", file.display(), dir.join(path).display()));
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} relative links found in README.md and docs/*.md");
+    assert!(broken.is_empty(), "{} broken relative links:\n{}", broken.len(), broken.join("\n"));
+}
+
+#[test]
+fn link_targets_are_parsed_as_written() {
+    let text = "See [a](docs/a.md), [b](b.md#part \"title\") and [web](https://x.org).\n\
+                `[not](a-link.md)` and\n```\n[nor](this.md)\n```\n[anchor](#here)";
+    assert_eq!(link_targets(text), ["docs/a.md", "b.md#part", "https://x.org", "#here"]);
+}
