@@ -16,7 +16,7 @@
 //!   database has no pg_idgen).
 //! - `regress_ext`: the same files again in database `regression_ext`,
 //!   where every server runs `CREATE EXTENSION pg_idgen` first (a stock
-//!   server installs it without the preload, as the README says). The
+//!   server installs it without the preload, as the README and docs/operating.md say). The
 //!   catalog-wide queries of the regression tests (every function, every
 //!   event trigger, `\df`, the sanity checks over all of pg_proc) then list
 //!   the same objects everywhere, and the only difference left is the

@@ -336,7 +336,7 @@ mod patroni {
     }
 
     /// Asynchronous replication, two nodes, a primary killed under load. What
-    /// the README says of it: rows acknowledged in the last moments may be lost
+    /// docs/patroni.md says of it: rows acknowledged in the last moments may be lost
     /// and their IDs handed out again; the new primary's own rows never repeat
     /// an ID, and it mints above everything it replayed.
     #[test]

@@ -365,7 +365,7 @@ fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
 /// `PG_IDGEN_RELEASE_0_2_0` or `PG_IDGEN_RELEASE_0_3_0`), installed in a copy
 /// of the installation, used (`before` checks it is the old library that
 /// runs), then this release's package installed over it and the server
-/// restarted, as the README says to update; then the update itself.
+/// restarted, as CHANGELOG.md and docs/backups-and-upgrades.md say to update; then the update itself.
 fn update_from_the_release(release: &str, before: fn(&mut Client)) {
     let var = format!("PG_IDGEN_RELEASE_{}", release.replace('.', "_"));
     let built = std::env::var(&var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
