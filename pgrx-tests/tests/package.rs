@@ -32,6 +32,9 @@ fn the_installed_files_are_the_packages() {
     let top = unpack_package(&pkg, &dir);
     if pkg.extension().is_none_or(|e| e != "deb") {
         assert!(top.join("install.sh").exists(), "the tarball has install.sh");
+        for doc in ["README.md", "CHANGELOG.md", "docs/reference.md"] {
+            assert!(top.join(doc).exists(), "the tarball has {doc}");
+        }
     }
     let (lib, ext) = (top.join("lib").canonicalize().unwrap(), top.join("extension").canonicalize().unwrap());
     let v = version();
@@ -78,6 +81,9 @@ fn the_debian_package_says_what_it_is() {
         "./usr/share/postgresql/15/extension/pg_idgen.control",
         "./usr/share/doc/postgresql-15-pg-idgen/changelog.Debian.gz",
         "./usr/share/doc/postgresql-15-pg-idgen/copyright",
+        "./usr/share/doc/postgresql-15-pg-idgen/README.md",
+        "./usr/share/doc/postgresql-15-pg-idgen/CHANGELOG.md",
+        "./usr/share/doc/postgresql-15-pg-idgen/docs/reference.md",
     ] {
         assert!(contents.contains(path), "{path} missing from\n{contents}");
     }
