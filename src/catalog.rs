@@ -366,18 +366,22 @@ pub fn sequence_touched(seq: pg_sys::Oid) -> bool {
             locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
             locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
         };
-        let mode = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
-        #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
-        let held = pg_sys::LockHeldByMe(&tag, mode);
-        #[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16")))]
-        let held = pg_sys::LockHeldByMe(&tag, mode, false);
-        held
+        // setval and nextval take RowExclusiveLock; ALTER SEQUENCE a stronger one.
+        [pg_sys::RowExclusiveLock, pg_sys::ShareRowExclusiveLock, pg_sys::AccessExclusiveLock].into_iter().any(|mode| {
+            #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
+            let held = pg_sys::LockHeldByMe(&tag, mode as pg_sys::LOCKMODE);
+            #[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16")))]
+            let held = pg_sys::LockHeldByMe(&tag, mode as pg_sys::LOCKMODE, false);
+            held
+        })
     }
 }
 
-/// The last value of a sequence of ours (0 before its first value).
+/// The last value of a sequence of ours, whether or not it was called (a
+/// `setval(v, false)` or `ALTER SEQUENCE ... RESTART WITH v` sets `v` too).
 pub fn sequence_value(seq: pg_sys::Oid) -> i64 {
-    query_one("SELECT pg_catalog.pg_sequence_last_value($1)", &[seq.into()]).unwrap_or(0)
+    let relation = query_one::<String>("SELECT pg_catalog.format('%s', $1::pg_catalog.regclass)", &[seq.into()]).unwrap_or_default();
+    query_one(&format!("SELECT last_value FROM {relation}"), &[]).unwrap_or(0)
 }
 
 /// Sets a sequence of ours (one WAL record, replayed by standbys).

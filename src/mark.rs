@@ -279,14 +279,25 @@ const HELD_PREFIX: &str = "pg_idgen_held.";
 /// and in a file, so that a restart holds it again.
 fn hold(dboid: u32, mark_ms: i64) {
     let state = shared::state().or_raise();
-    let slot = state
+    let Some(slot) = state
         .held
         .iter()
         .find(|h| h.dboid.load(Ordering::Acquire) == dboid)
         .or_else(|| state.held.iter().find(|h| h.dboid.compare_exchange(0, dboid, Ordering::SeqCst, Ordering::SeqCst).is_ok()))
-        .unwrap_or_else(|| {
-            IdError::Internal(format!("more than {} databases hold a mark ahead of the clock", shared::HELD_SLOTS)).raise()
-        });
+    else {
+        // Every slot holds another database's mark: this one is taken as
+        // if within the bound, so nothing is lost (the mark is set whether or
+        // not this transaction commits). Every generator then stands that far
+        // ahead, and minting refuses as after a clock step back, until the
+        // clock is within the bound of it.
+        pgrx::warning!(
+            "pg_idgen: more than {} databases hold a mark ahead of the clock; the mark of database OID {dboid} raises every generator",
+            shared::HELD_SLOTS
+        );
+        raise_floor(mark_ms);
+        write_server_file(dboid, mark_ms.max(filed_ms(dboid)));
+        return;
+    };
     write_file(&format!("{HELD_PREFIX}{dboid}"), mark_ms.max(slot.mark_ms.load(Ordering::Acquire)));
     slot.mark_ms.fetch_max(mark_ms, Ordering::SeqCst);
     state.any_held.store(true, Ordering::SeqCst);

@@ -64,7 +64,9 @@ fn uuid_v7() -> pgrx::Uuid {
             minted.tick
         }
         Ok(state) => {
-            // Read-only: continue above this backend's last shared value, too.
+            // Read-only: continue above this backend's last shared value, too
+            // (and above no held mark: see mark::check_held).
+            mark::check_held();
             LOCAL_USED.set(true);
             LOCAL.fetch_max(state.uuid.last.load(Ordering::Acquire), Ordering::Relaxed);
             generator::mint(&LOCAL, UUID_TICKS, lead, &Unreserved, now_tick, clock::sleep_ms).or_raise().tick

@@ -214,6 +214,12 @@ fn the_ownership_tables_cannot_be_written_around_the_functions() {
     let sneaked: i64 = s.client().query_one("SELECT count(*) FROM shard_releases WHERE shard = 42", &[]).unwrap().get(0);
     assert_eq!(sneaked, 0);
     s.client().batch_execute("DROP TRIGGER sneak ON shard_ownership").unwrap();
+    // Nor under the name of one of pg_idgen's triggers, on another of the tables.
+    s.client().batch_execute("GRANT ALL ON shard_releases TO mgr").unwrap();
+    m.batch_execute("CREATE TRIGGER shard_ownership_changed AFTER INSERT ON shard_releases FOR EACH ROW EXECUTE FUNCTION public.sneak()")
+        .unwrap();
+    assert_eq!(sqlstate(m.batch_execute("SELECT shard_claim(501, 501)")), "55000", "a trigger named as pg_idgen's");
+    s.client().batch_execute("DROP TRIGGER shard_ownership_changed ON shard_releases").unwrap();
     s.restart();
     assert_eq!(mint(&mut s.client(), 5), "55000", "shard 5 stays released");
     let mut m = s.client_as("postgres", "mgr");
