@@ -295,10 +295,10 @@ fn hold(dboid: u32, mark_ms: i64) {
             shared::HELD_SLOTS
         );
         raise_floor(mark_ms);
-        write_server_file(dboid, mark_ms.max(filed_ms(dboid)));
+        write_server_file(dboid, mark_ms);
         return;
     };
-    write_file(&format!("{HELD_PREFIX}{dboid}"), mark_ms.max(slot.mark_ms.load(Ordering::Acquire)));
+    write_file(&format!("{HELD_PREFIX}{dboid}"), mark_ms);
     slot.mark_ms.fetch_max(mark_ms, Ordering::SeqCst);
     state.any_held.store(true, Ordering::SeqCst);
 }
@@ -329,7 +329,8 @@ fn check_held_slowly(state: &shared::SharedState) {
             continue;
         }
         let ahead_ms = mark_ms - clock::unix_us().div_euclid(1000);
-        if database_exists(dboid) && ahead_ms > takeable_lead_ms() {
+        let exists = database_exists(dboid);
+        if exists && ahead_ms > takeable_lead_ms() {
             let max_lead_ms = settings::max_clock_lead_ms();
             IdError::MarkAhead {
                 database: catalog::database_name_of(dboid),
@@ -339,12 +340,15 @@ fn check_held_slowly(state: &shared::SharedState) {
             }
             .raise()
         }
-        if database_exists(dboid) {
+        // Every backend that gets here raises the generators itself (so none
+        // mints below the mark while another is releasing it); one releases.
+        if exists {
             raise_floor(mark_ms);
-            write_server_file(dboid, mark_ms.max(filed_ms(dboid)));
         }
-        // Released unless held further meanwhile.
         if slot.mark_ms.compare_exchange(mark_ms, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            if exists {
+                write_server_file(dboid, mark_ms);
+            }
             let _ = std::fs::remove_file(format!("{HELD_PREFIX}{dboid}"));
             let _ = slot.dboid.compare_exchange(dboid, 0, Ordering::SeqCst, Ordering::SeqCst);
         }
@@ -419,6 +423,8 @@ const FILE_PREFIX: &str = "pg_idgen_mark.";
 /// The file that keeps the largest reservation of dropped databases
 /// (OID 0 is never a database's).
 const DROPPED_FILE: &str = "pg_idgen_mark.0";
+/// Locked by every writer of the mark and held-mark files.
+const LOCK_FILE: &str = "pg_idgen_mark.lock";
 
 /// Also keeps the reservation in the data directory, one file per database,
 /// written anew and renamed into place, synced: after a restart or a crash
@@ -437,13 +443,24 @@ fn read_file(path: &str) -> i64 {
     std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
 }
 
+/// Raises the value a file holds to `target_ms` (a lower one is left as it
+/// is): written anew under a name of this process's, synced and renamed into
+/// place, under a lock on `pg_idgen_mark.lock` that every writer of these
+/// files takes, so that writers (a database's extensions, the release of a
+/// held mark, another database's session) neither clash nor lower a value.
 fn write_file(path: &str, target_ms: i64) {
-    let tmp = format!("{path}.tmp");
     let written = (|| -> std::io::Result<()> {
+        let lock = std::fs::File::options().create(true).truncate(false).write(true).open(LOCK_FILE)?;
+        lock.lock()?;
+        if read_file(path) >= target_ms {
+            return Ok(());
+        }
+        let tmp = format!("{path}.tmp{}", std::process::id());
         std::fs::write(&tmp, target_ms.to_string())?;
         std::fs::File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(".")?.sync_all()
+        // The lock is released when `lock` is dropped.
     })();
     if let Err(e) = written {
         IdError::Internal(format!("could not write file \"{path}\": {e}")).raise()
