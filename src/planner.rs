@@ -1163,7 +1163,7 @@ mod tests {
     /// The ten newest IDs of `tenant.t`, as `outcome` shows a row, read
     /// without the time filter.
     fn tenants_recent_ids() -> String {
-        one(&format!("SELECT '(\"' || array_agg(id ORDER BY id)::text || '\")' FROM (SELECT id FROM tenant.t ORDER BY id DESC LIMIT 11) s"))
+        one("SELECT '(\"' || array_agg(id ORDER BY id)::text || '\")' FROM (SELECT id FROM tenant.t ORDER BY id DESC LIMIT 11) s")
     }
 
     /// Runs the checks of a role without USAGE on the extension's schema.

@@ -438,6 +438,19 @@ pub fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Waits (at most 30 s) until the session of `application_name` on `server`
+/// waits for a lock: the proof that it queued behind another, not a sleep.
+pub fn eventually_waits_for_a_lock(server: &Server, application_name: &str) {
+    let mut c = server.client();
+    eventually(30, &format!("session {application_name} waits for a lock"), || {
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", &[&application_name])
+            .unwrap()
+            .get(0);
+        n == 1
+    });
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(r: Result<impl Sized, postgres::Error>) -> String {
     match r {

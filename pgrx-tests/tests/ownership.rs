@@ -151,14 +151,7 @@ fn direct_writes_to_the_ownership_tables_are_serialized() {
         let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
         b.batch_execute("SET application_name = 'second'; INSERT INTO shard_ownership (first_shard, last_shard) VALUES (20, 20)").unwrap();
     });
-    let mut c = s.client();
-    pg_idgen_e2e::eventually(10, "the second change waits for the first", || {
-        let waiting: i64 = c
-            .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'second' AND wait_event_type = 'Lock'", &[])
-            .unwrap()
-            .get(0);
-        waiting == 1
-    });
+    pg_idgen_e2e::eventually_waits_for_a_lock(&s, "second");
     a.batch_execute("COMMIT").unwrap();
     b.join().unwrap();
     let mut o = s.client_db("other");

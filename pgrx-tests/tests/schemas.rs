@@ -67,17 +67,7 @@ fn drop_schema_racing_a_registration_leaves_no_orphan() {
         let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
         sqlstate(b.batch_execute("SET application_name = 'racer'; SELECT shard_schema_register('race2', 401)"))
     });
-    let mut watch = server.client();
-    let mut waiting = || {
-        pg_idgen_e2e::eventually(30, "the other session waits for a lock", || {
-            let n: i64 = watch
-                .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'racer' AND wait_event_type = 'Lock'", &[])
-                .unwrap()
-                .get(0);
-            n == 1
-        })
-    };
-    waiting();
+    pg_idgen_e2e::eventually_waits_for_a_lock(&server, "racer");
     a.batch_execute("COMMIT").unwrap();
     assert_eq!(register.join().unwrap(), "3F000", "the registration waited for the drop and saw it");
     // The registration first, still open while the drop comes.
@@ -87,7 +77,7 @@ fn drop_schema_racing_a_registration_leaves_no_orphan() {
         let mut b = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
         sqlstate(b.batch_execute("SET application_name = 'racer'; DROP SCHEMA race4"))
     });
-    waiting();
+    pg_idgen_e2e::eventually_waits_for_a_lock(&server, "racer");
     a.batch_execute("COMMIT").unwrap();
     assert_eq!(drop.join().unwrap(), "ok");
     let rows: i64 = a.query_one("SELECT count(*) FROM shard_schema_registry", &[]).unwrap().get(0);
