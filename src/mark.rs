@@ -222,9 +222,11 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
             mark.reserved_ms.fetch_max(persisted, Ordering::AcqRel);
             return;
         }
-    } else if persisted > reserved {
+    } else if persisted > reserved && !mark.per_session {
         // Written since by someone else, and not taken at its commit (see
-        // `take_restored_mark`): taken now.
+        // `take_restored_mark`): taken now. (A session's own reservation is
+        // passed by the other sessions' as a rule: taken as above, never
+        // raising the generators to another session's reservation.)
         admit(dboid, persisted);
     }
     let now_ms = clock::unix_us().div_euclid(1000);

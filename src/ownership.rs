@@ -49,14 +49,16 @@ fn lock_claims(acl: u32) -> fleet::Writing {
     catalog::lock_to_change(c"shard_ownership", acl);
     // A trigger of another role on these tables (a role granted ALL has the
     // TRIGGER privilege) would run while the functions may write them. Ours
-    // are told apart by their function (which no other role may execute, so
-    // none can attach), not by their names, which another table's trigger
+    // are told apart by their function, a member of the extension (of any
+    // release's catalog), not by their names, which another table's trigger
     // may take.
     let foreign: Option<String> = catalog::query_one(
         "SELECT t.tgname::text || ' on ' || c.relname::text FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
           WHERE c.relnamespace = $1 AND c.relname IN ('shard_ownership', 'shard_releases', 'shard_fleet_mode') AND NOT t.tgisinternal
-            AND t.tgfoid IS DISTINCT FROM (SELECT p.oid FROM pg_catalog.pg_proc p
-                                            WHERE p.pronamespace = $1 AND p.proname = 'pg_idgen_ownership_changed' AND p.pronargs = 0)
+            AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+                             WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = t.tgfoid
+                               AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND d.deptype = 'e'
+                               AND e.extname = 'pg_idgen')
           ORDER BY 1 LIMIT 1",
         &[catalog::extension_schema().ok_or(IdError::NotInstalled).or_raise().into()],
     );
