@@ -13,8 +13,10 @@
 //! shard above the ones before it), whichever node the call came through and
 //! wherever the shard's rows live, so shard moves, rebalancing and added or
 //! removed workers change nothing. The schema registry only matters on the
-//! coordinator. The cost: one round trip to the coordinator per ID minted on
-//! a worker. UUIDv7 is minted locally on every node (74 random bits).
+//! coordinator. The cost: one round trip to the coordinator per statement
+//! that mints one ID on a worker; a statement minting many rows there fetches
+//! them in blocks (see [`Block`]). UUIDv7 is minted locally on every node
+//! (74 random bits).
 //!
 //! Without Citus in `shared_preload_libraries` nothing here runs; with it, a
 //! database without the citus extension, or whose local group is 0, mints
@@ -23,6 +25,7 @@
 //! libpq is the one Citus itself loaded (`citus.so` links it), found with
 //! `dlopen`; pg_idgen does not link it.
 
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -54,10 +57,44 @@ pub enum Call<'a> {
     Schema(&'a str),
 }
 
+impl Call<'_> {
+    fn key(&self) -> Key {
+        match self {
+            Call::Shard(shard) => Key::Shard(shard.index()),
+            Call::Schema(schema) => Key::Schema(schema.to_string()),
+        }
+    }
+}
+
+#[derive(Clone, PartialEq)]
+enum Key {
+    Shard(usize),
+    Schema(String),
+}
+
+/// The most IDs one round trip fetches: a millisecond's worth of one shard.
+const MAX_BLOCK: u32 = 1024;
+
+/// IDs the coordinator minted for one call site (one `DEFAULT` or function
+/// call in one execution of a statement: kept in its `fn_extra`, freed with
+/// the executor state), not yet handed out. Each fetch takes twice as many as
+/// the last, from 1 up to [`MAX_BLOCK`]: a statement that mints one row pays
+/// one round trip and skips no ID; one that mints 20,000 pays 29. Every ID of
+/// a block was minted after the statement began, so it is above every ID of
+/// its shard acknowledged before; those left when the statement ends are
+/// skipped, never handed out. IDs of statements running at once interleave.
+#[derive(Default)]
+struct Block {
+    key: Option<Key>,
+    ids: VecDeque<i64>,
+    next: u32,
+}
+
 /// The ID the coordinator minted for `call`, when this node is a Citus
-/// worker; None when this node mints.
+/// worker; None when this node mints. `fcinfo` is the SQL call's, whose
+/// call site keeps the [`Block`].
 #[inline]
-pub fn mint_elsewhere(call: Call<'_>, function: &'static str) -> Option<i64> {
+pub fn mint_elsewhere(call: Call<'_>, function: &'static str, fcinfo: pg_sys::FunctionCallInfo) -> Option<i64> {
     if !PRELOADED.load(Ordering::Relaxed) {
         return None;
     }
@@ -66,7 +103,33 @@ pub fn mint_elsewhere(call: Call<'_>, function: &'static str) -> Option<i64> {
         IdError::CitusForwardedToWorker(function).raise()
     }
     crate::mark::check_writable(function);
-    Some(forward(&coordinator, &call, function))
+    let key = call.key();
+    // SAFETY: the live call's fcinfo; its flinfo (absent in a direct call)
+    // is this function's at this call site, and fn_extra is ours alone.
+    let mut block = unsafe {
+        (!fcinfo.is_null() && !(*fcinfo).flinfo.is_null()).then(|| pgrx::fcinfo::pg_func_extra(fcinfo, Block::default))
+    };
+    if let Some(b) = block.as_mut() {
+        if b.key.as_ref() == Some(&key) {
+            if let Some(id) = b.ids.pop_front() {
+                return Some(id);
+            }
+        } else {
+            // Another shard in the same call site (`next_shard_id(col)`):
+            // what is left of the last one's block is skipped.
+            b.key = Some(key);
+            b.ids.clear();
+            b.next = 1;
+        }
+    }
+    let n = block.as_ref().map_or(1, |b| b.next.max(1));
+    let mut ids = forward(&coordinator, &call, n, function);
+    let first = ids.pop_front();
+    if let Some(b) = block.as_mut() {
+        b.ids = ids;
+        b.next = (n * 2).min(MAX_BLOCK);
+    }
+    first.or_else(|| IdError::Internal("the coordinator returned no ID".into()).raise())
 }
 
 /// Refuses, on a Citus worker, what only the coordinator's state can hold.
@@ -128,19 +191,21 @@ fn look_up_coordinator() -> Option<Coordinator> {
     }
 }
 
-/// The statements each connection prepares: name, SQL, parameter type.
-fn statements() -> [(&'static CStr, String, pg_sys::Oid); 2] {
-    let select = |f: &str| format!("SELECT {}($1)", catalog::qualified(f));
+/// The statements each connection prepares: name, SQL, parameter types.
+/// Each mints `$2` IDs for `$1`, in order, with the function the caller
+/// called (so the same grants apply).
+fn statements() -> [(&'static CStr, String, [pg_sys::Oid; 2]); 2] {
+    let select = |f: &str| format!("SELECT {}($1) FROM pg_catalog.generate_series(1, $2)", catalog::qualified(f));
     [
-        (c"pg_idgen_shard", select("next_shard_id"), pg_sys::INT4OID),
-        (c"pg_idgen_schema", select("next_schema_id"), pg_sys::TEXTOID),
+        (c"pg_idgen_shard", select("next_shard_id"), [pg_sys::INT4OID, pg_sys::INT4OID]),
+        (c"pg_idgen_schema", select("next_schema_id"), [pg_sys::TEXTOID, pg_sys::INT4OID]),
     ]
 }
 
-/// Sends the call to the coordinator; reconnects once if the connection
-/// broke (a call that reached the coordinator but whose answer was lost
-/// only skips an ID).
-fn forward(coordinator: &Coordinator, call: &Call<'_>, function: &'static str) -> i64 {
+/// Has the coordinator mint `n` IDs for the call; reconnects once if the
+/// connection broke (a call that reached the coordinator but whose answer
+/// was lost only skips IDs).
+fn forward(coordinator: &Coordinator, call: &Call<'_>, n: u32, function: &'static str) -> VecDeque<i64> {
     let statements = statements();
     let (statement, value) = match call {
         Call::Shard(shard) => (statements[0].0, shard.index().to_string()),
@@ -148,10 +213,11 @@ fn forward(coordinator: &Coordinator, call: &Call<'_>, function: &'static str) -
     };
     // SQL text never holds a NUL byte.
     let value = CString::new(value).unwrap_or_default();
+    let count = CString::new(n.to_string()).unwrap_or_default();
     let info = conninfo(coordinator);
     let mut retried = false;
     loop {
-        match run(connection(&info, &statements, coordinator, function), statement, &value) {
+        match run(connection(&info, &statements, coordinator, function), statement, [&value, &count], n) {
             Ok(id) => return id,
             Err(Failure::Remote(e)) => e.raise(),
             Err(Failure::Broken(why)) => {
@@ -254,7 +320,7 @@ fn set_state(state: State) {
 /// remade) if needed; every wait in it can be cancelled.
 fn connection(
     info: &str,
-    statements: &[(&'static CStr, String, pg_sys::Oid)],
+    statements: &[(&'static CStr, String, [pg_sys::Oid; 2])],
     coordinator: &Coordinator,
     function: &'static str,
 ) -> *mut c_void {
@@ -291,9 +357,10 @@ fn connection(
         if let Err(f) = connect(l, conn) {
             fail(f)
         }
-        for (name, sql, param_type) in statements {
+        for (name, sql, param_types) in statements {
             let sql = CString::new(sql.as_str()).unwrap_or_default();
-            let prepared = round_trip(l, conn, || (l.send_prepare)(conn, name.as_ptr(), sql.as_ptr(), 1, param_type), |res| {
+            let send = || (l.send_prepare)(conn, name.as_ptr(), sql.as_ptr(), 2, param_types.as_ptr());
+            let prepared = round_trip(l, conn, send, |res| {
                 match (l.result_status)(res) {
                     PGRES_COMMAND_OK => Ok(()),
                     _ => Err(failure(l, conn, res)),
@@ -416,23 +483,27 @@ fn message(p: *const c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().trim_end().to_string()
 }
 
-/// Runs a prepared statement on an idle connection and parses its bigint.
-fn run(conn: *mut c_void, statement: &CStr, value: &CStr) -> Result<i64, Failure> {
+/// Runs a prepared statement on an idle connection and parses the `n`
+/// bigints it answers, in their order.
+fn run(conn: *mut c_void, statement: &CStr, params: [&CStr; 2], n: u32) -> Result<VecDeque<i64>, Failure> {
     let l = libpq();
-    let values = [value.as_ptr()];
+    let values = params.map(CStr::as_ptr);
     set_state(State::Busy);
-    // SAFETY: an idle connection from connection(), and an array of one
-    // parameter that outlives the call.
+    // SAFETY: an idle connection from connection(), and an array of two
+    // parameters that outlives the call; rows are read below ntuples.
     let outcome = unsafe {
         round_trip(
             l,
             conn,
-            || (l.send_query_prepared)(conn, statement.as_ptr(), 1, values.as_ptr(), std::ptr::null(), std::ptr::null(), 0),
+            || (l.send_query_prepared)(conn, statement.as_ptr(), 2, values.as_ptr(), std::ptr::null(), std::ptr::null(), 0),
             |res| match (l.result_status)(res) {
-                PGRES_TUPLES_OK if (l.ntuples)(res) == 1 && (l.get_is_null)(res, 0, 0) == 0 => message((l.get_value)(res, 0, 0))
-                    .parse()
-                    .map_err(|_| Failure::Broken("an answer that is not a bigint".into())),
-                PGRES_TUPLES_OK => Err(Failure::Remote(IdError::Internal("the coordinator returned no ID".into()))),
+                PGRES_TUPLES_OK if (l.ntuples)(res) == n as c_int => (0..n as c_int)
+                    .map(|row| match (l.get_is_null)(res, row, 0) {
+                        0 => message((l.get_value)(res, row, 0)).parse().map_err(|_| Failure::Broken("an answer that is not a bigint".into())),
+                        _ => Err(Failure::Remote(IdError::Internal("the coordinator returned a null ID".into()))),
+                    })
+                    .collect(),
+                PGRES_TUPLES_OK => Err(Failure::Remote(IdError::Internal(format!("the coordinator returned {} IDs of {n}", (l.ntuples)(res))))),
                 _ => Err(failure(l, conn, res)),
             },
         )

@@ -96,8 +96,8 @@ fn shard_of(name: &str) -> Shard {
 
 /// The next ID for the logical shard registered for a schema.
 #[pg_extern(volatile, parallel_unsafe, strict)]
-fn next_schema_id(schema_name: &str) -> i64 {
-    if let Some(id) = citus::mint_elsewhere(Call::Schema(schema_name), "next_schema_id") {
+fn next_schema_id(schema_name: &str, fcinfo: pg_sys::FunctionCallInfo) -> i64 {
+    if let Some(id) = citus::mint_elsewhere(Call::Schema(schema_name), "next_schema_id", fcinfo) {
         return id;
     }
     crate::shared::state().or_raise();
@@ -128,6 +128,8 @@ fn shard_schema_register(schema_name: &str, shard: i32) {
 fn shard_schema_create(schema_name: &str, shard: i32) {
     check_name(schema_name);
     let shard = Shard::new(shard).or_raise();
+    // Before CREATE SCHEMA, which Citus refuses on a worker in its own words.
+    citus::refuse_on_worker("shard_schema_create");
     // An error in `register` rolls the new schema back with it.
     catalog::run(&format!("CREATE SCHEMA {}", catalog::quote(schema_name)), &[]);
     register(schema_name, shard, "shard_schema_create");

@@ -30,6 +30,8 @@ pub struct Slot {
 }
 
 impl Slot {
+    // A template for array repeats (each element a fresh copy), never shared.
+    #[allow(clippy::declare_interior_mutable_const)]
     const EMPTY: Slot = Slot {
         last: AtomicU64::new(0),
         clock_seen: AtomicU64::new(0),
@@ -140,7 +142,10 @@ unsafe impl PGRXSharedMemory for SharedState {}
 impl SharedState {
     /// Fresh state whose generators start above the floors of `start`, with its held marks.
     fn new(start: Start) -> Self {
+        // Templates for array repeats, as Slot::EMPTY.
+        #[allow(clippy::declare_interior_mutable_const)]
         const ZERO: AtomicU64 = AtomicU64::new(0);
+        #[allow(clippy::declare_interior_mutable_const)]
         const FREE: Held = Held { dboid: AtomicU32::new(0), mark_ms: AtomicI64::new(0) };
         let state = SharedState {
             shards: [Slot::EMPTY; MAX_SHARD as usize + 1],
