@@ -224,6 +224,47 @@ fn an_extension_schema_that_needs_quoting_and_is_off_the_search_path() {
     assert_eq!(n, 5000);
 }
 
+/// The extension in a schema of its own that PUBLIC may not use: a role
+/// with only its own schema runs every query, a stored time filter gets its
+/// key range (the hook needs EXECUTE on what it adds, not USAGE), answers
+/// as with the rewrite off, and pg_dump of the role's own schema works (0.4.0:
+/// "permission denied for schema idgen" on any query, `SELECT 1` included).
+#[test]
+fn a_role_without_usage_on_the_extensions_schema_runs_every_query() {
+    let server = Server::start("hostile-nousage", &[]);
+    server.client().batch_execute("CREATE DATABASE nousage").unwrap();
+    server
+        .client_db("nousage")
+        .batch_execute(
+            "CREATE SCHEMA idgen; CREATE EXTENSION pg_idgen SCHEMA idgen;
+             REVOKE ALL ON SCHEMA idgen FROM PUBLIC;
+             CREATE ROLE tenant LOGIN;
+             CREATE SCHEMA tenant AUTHORIZATION tenant;
+             CREATE TABLE tenant.t (id bigint PRIMARY KEY);
+             INSERT INTO tenant.t SELECT idgen.id_from_parts(now() - g * interval '1 hour', 1, 0) FROM generate_series(0, 999) g;
+             ANALYZE tenant.t;
+             CREATE VIEW tenant.recent AS SELECT id FROM tenant.t WHERE idgen.id_ts(id) >= now() - interval '10 hours 30 minutes';
+             ALTER TABLE tenant.t OWNER TO tenant; ALTER VIEW tenant.recent OWNER TO tenant;",
+        )
+        .unwrap();
+    let mut t = server.client_as("nousage", "tenant");
+    assert_eq!(sqlstate(t.query_one("SELECT 1", &[])), "ok");
+    assert_eq!(sqlstate(t.query_one("SELECT idgen.id_epoch()", &[])), "42501", "the role may not use the schema");
+    let want: Vec<i64> = t.query_one("SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM tenant.t ORDER BY id DESC LIMIT 11) s", &[]).unwrap().get(0);
+    let recent = "SELECT array_agg(id ORDER BY id) FROM tenant.recent";
+    for rewrite in ["on", "off"] {
+        t.batch_execute(&format!("SET pg_idgen.rewrite_time_filters = {rewrite}")).unwrap();
+        let got: Vec<i64> = t.query_one(recent, &[]).unwrap().get(0);
+        assert_eq!(got, want, "rewrite {rewrite}");
+    }
+    t.batch_execute("RESET pg_idgen.rewrite_time_filters; SET enable_seqscan = off").unwrap();
+    let plan: String =
+        t.query("EXPLAIN (COSTS OFF) SELECT * FROM tenant.recent", &[]).unwrap().iter().map(|r| r.get::<_, String>(0) + "\n").collect();
+    assert!(plan.contains("Index Cond: (id >= ") && plan.contains("id_lower_bound_clamped"), "{plan}");
+    let dump = server.run_as_owner("pg_dump", &["-h", &server.dir.display().to_string(), "-p", &pg_idgen_e2e::PORT.to_string(), "-U", "tenant", "-n", "tenant", "nousage"]);
+    assert!(String::from_utf8_lossy(&dump.stdout).contains("CREATE VIEW tenant.recent"), "pg_dump of the role's own schema");
+}
+
 #[test]
 fn without_the_preload_no_session_changes_what_decoding_returns() {
     let server = Server::init("hostile-nopreload", &["pg_idgen.public_id_key = '000102030405060708090a0b0c0d0e0f'"]);
