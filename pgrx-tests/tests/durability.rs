@@ -127,6 +127,33 @@ fn standby_promoted_with_its_clock_thirty_minutes_behind() {
     assert!(lead >= 1_790_000, "the promoted standby runs {lead} ms ahead of its clock");
 }
 
+/// The mark is flushed before any ID under it is handed out, even by a
+/// transaction that never commits. A standby receives only flushed WAL: the
+/// primary crashes with that transaction open, and the standby, promoted
+/// with its clock 10 minutes behind, mints above the IDs it handed out.
+/// Nothing else flushes the mark here: no commit follows it, autovacuum is
+/// off and the WAL writer (which would flush it within 200 ms) waits 10 s.
+#[test]
+fn a_mark_written_by_a_transaction_that_never_commits_reaches_a_standby() {
+    let mut primary = Server::start_with_clock("uncommitted", &[LONG_LEAD, "wal_writer_delay = '10s'", "autovacuum = off"]);
+    let standby = Server::standby_of(&primary, "uncommitted-standby", &[]);
+    let mut p = primary.client();
+    p.batch_execute("BEGIN").unwrap();
+    let top: i64 = p.query_one("SELECT max(next_shard_id(3)) FROM generate_series(1, 5000)", &[]).unwrap().get(0);
+    let flushed: String = primary.client().query_one("SELECT pg_current_wal_flush_lsn()::text", &[]).unwrap().get(0);
+    let mut s = standby.client();
+    pg_idgen_e2e::eventually(60, "the standby receives what the primary flushed", || {
+        s.query_one("SELECT pg_last_wal_receive_lsn() >= $1::text::pg_lsn", &[&flushed]).unwrap().get::<_, bool>(0)
+    });
+    primary.stop("immediate");
+    drop(p);
+    standby.set_clock("-600s");
+    standby.promote();
+    let mut s = standby.client();
+    let first: i64 = s.query_one("SELECT min(next_shard_id(3)) FROM generate_series(1, 1000)", &[]).unwrap().get(0);
+    assert!(first > top, "the promoted standby minted {first}, not above {top} of the uncommitted transaction");
+}
+
 /// After a promotion onto a clock further behind the old primary's than
 /// the lead bound allows, the first refusal states the whole distance to
 /// what the server must stay above (the database's replayed mark), not the
