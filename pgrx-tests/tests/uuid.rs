@@ -20,20 +20,33 @@ fn backends_share_one_order_and_never_share_random_bits() {
             let mut c = server.client();
             std::thread::spawn(move || {
                 let mut seen: Vec<uuid::Uuid> = Vec::new();
+                // (sent, answered, first, last) of each batch.
+                let mut spans = Vec::new();
                 for _ in 0..5 {
+                    let sent = std::time::Instant::now();
                     let row = c
                         .query_one(
                             "SELECT array_agg(u ORDER BY n) FROM (SELECT n, uuid_v7() AS u FROM generate_series(1, 20000) n) s",
                             &[],
                         )
                         .unwrap();
-                    seen.extend(row.get::<_, Vec<uuid::Uuid>>(0));
+                    let batch = row.get::<_, Vec<uuid::Uuid>>(0);
+                    spans.push((sent, std::time::Instant::now(), batch[0], batch[batch.len() - 1]));
+                    seen.extend(batch);
                 }
-                seen
+                (seen, spans)
             })
         })
         .collect();
-    let per_backend: Vec<Vec<uuid::Uuid>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let (per_backend, spans): (Vec<Vec<uuid::Uuid>>, Vec<_>) = handles.into_iter().map(|h| h.join().unwrap()).unzip();
+    // One order across backends, in real time: a batch answered before
+    // another was sent (by any backend) has only smaller UUIDs.
+    let spans: Vec<_> = spans.into_iter().flatten().collect();
+    for a in &spans {
+        for b in spans.iter().filter(|b| a.1 < b.0) {
+            assert!(a.3 < b.2, "a batch answered before another was sent has a larger UUID: {} then {}", a.3, b.2);
+        }
+    }
     let mut ticks = HashSet::new();
     let mut random_owner: HashMap<u64, usize> = HashMap::new();
     for (backend, seen) in per_backend.iter().enumerate() {
