@@ -83,9 +83,14 @@ const MAX_BLOCK: u32 = 1024;
 /// a block was minted after the statement began, so it is above every ID of
 /// its shard acknowledged before; those left when the statement ends are
 /// skipped, never handed out. IDs of statements running at once interleave.
+///
+/// A call site can outlive its statement (a PL/pgSQL expression's lives as
+/// long as its transaction, a cursor's until it is closed), so a block also
+/// belongs to the statement that fetched it: the client's command, by its
+/// start time (statements sent in one query string share it).
 #[derive(Default)]
 struct Block {
-    key: Option<Key>,
+    key: Option<(Key, pg_sys::TimestampTz)>,
     ids: VecDeque<i64>,
     next: u32,
 }
@@ -103,7 +108,8 @@ pub fn mint_elsewhere(call: Call<'_>, function: &'static str, fcinfo: pg_sys::Fu
         IdError::CitusForwardedToWorker(function).raise()
     }
     crate::mark::check_writable(function);
-    let key = call.key();
+    // SAFETY: reads the current command's start time.
+    let key = (call.key(), unsafe { pg_sys::GetCurrentStatementStartTimestamp() });
     // SAFETY: the live call's fcinfo; its flinfo (absent in a direct call)
     // is this function's at this call site, and fn_extra is ours alone.
     let mut block = unsafe {
@@ -115,8 +121,8 @@ pub fn mint_elsewhere(call: Call<'_>, function: &'static str, fcinfo: pg_sys::Fu
                 return Some(id);
             }
         } else {
-            // Another shard in the same call site (`next_shard_id(col)`):
-            // what is left of the last one's block is skipped.
+            // Another shard in the same call site (`next_shard_id(col)`), or
+            // another statement: what is left of the last block is skipped.
             b.key = Some(key);
             b.ids.clear();
             b.next = 1;

@@ -155,6 +155,33 @@ mod citus {
         assert_eq!(counts(&mut c, "dst"), (100_000, 100_000));
     }
 
+    /// A block belongs to the statement that fetched it. A PL/pgSQL
+    /// expression's call site lives as long as its transaction: a worker's
+    /// second statement in it gets a new ID above one the coordinator
+    /// acknowledged in between, not what the first statement's block left.
+    #[test]
+    fn a_block_never_outlives_its_statement() {
+        let cluster = Cluster::start("citus_block", 1, &[]);
+        cluster
+            .coordinator
+            .client()
+            .batch_execute(
+                "CREATE FUNCTION mint_n(n int) RETURNS bigint LANGUAGE plpgsql AS $$
+                 DECLARE x bigint;
+                 BEGIN FOR i IN 1..n LOOP x := next_shard_id(8); END LOOP; RETURN x; END $$;",
+            )
+            .unwrap();
+        let mut w = cluster.workers[0].client();
+        w.batch_execute("BEGIN").unwrap();
+        // 1 + 2 + 4 + 8 + 16 + 32 fetched for 40 calls: 23 left in the block.
+        let first: i64 = w.query_one("SELECT mint_n(40)", &[]).unwrap().get(0);
+        let between: i64 = cluster.coordinator.client().query_one("SELECT next_shard_id(8)", &[]).unwrap().get(0);
+        assert!(between > first);
+        let second: i64 = w.query_one("SELECT mint_n(1)", &[]).unwrap().get(0);
+        w.batch_execute("COMMIT").unwrap();
+        assert!(second > between, "the worker's next statement got {second}, below {between} acknowledged before it began");
+    }
+
     /// Finding 2 and schema moves: a distributed schema registered once on
     /// the coordinator mints through every node, as an ordinary role, and
     /// keeps every ID of its shard distinct and in order while its tables
