@@ -403,6 +403,28 @@ mod citus {
         assert!(forwarding <= 1, "{forwarding} forwarding sessions on the worker");
     }
 
+    /// A worker whose metadata lists no coordinator (its group-0 entry
+    /// deleted, as on a cluster whose coordinator was never set with
+    /// `citus_set_coordinator_host`): minting there refuses with 55000 and
+    /// says what to do; it never mints locally.
+    #[test]
+    fn a_worker_that_knows_no_coordinator_refuses_and_says_so() {
+        let cluster = Cluster::start("citus_nocoord", 1, &[]);
+        let w = &cluster.workers[0];
+        w.client().execute("DELETE FROM pg_dist_node WHERE groupid = 0", &[]).unwrap();
+        let mut c = w.client();
+        for sql in ["SELECT next_shard_id(7)", "SELECT next_schema_id('public')"] {
+            let e = c.query_one(sql, &[]).unwrap_err();
+            let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+            assert_eq!(db.code().code(), "55000", "{sql}: {}", db.message());
+            assert_eq!(db.message(), "this Citus worker knows no coordinator to mint IDs", "{sql}");
+            assert_eq!(db.hint(), Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>)."), "{sql}");
+        }
+        let minted: i64 = c.query_one("SELECT count(*) FROM id_generator_status()", &[]).unwrap().get(0);
+        assert_eq!(minted, 0, "the worker minted locally");
+        assert_eq!(sqlstate(c.query_one("SELECT uuid_v7()", &[])), "ok");
+    }
+
     /// A coordinator that accepts connections but never answers (its
     /// postmaster stopped with SIGSTOP): a worker's wait for it ends at a
     /// statement timeout (57014) or cancel, and otherwise gives up after
