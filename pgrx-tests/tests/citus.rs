@@ -1,6 +1,7 @@
 //! pg_idgen on a Citus cluster (a coordinator and two workers): no ID is
-//! minted twice whichever node a statement enters through, schema shards
-//! work through every node and through schema moves, crashes with a clock
+//! minted twice whichever node a statement enters through, nor through shard
+//! moves, the rebalancer and a removed worker, schema shards work through
+//! every node and through schema moves, crashes with a clock
 //! behind repeat nothing, time filters push down once per shard query, and
 //! the extension's updates reach every node. Needs Citus (scripts/citus);
 //! scripts/test filters these tests out, and counts them as skipped, where
@@ -289,6 +290,125 @@ mod citus {
         }
     }
 
+    /// Runs `op` while one session on each of `nodes` inserts rows of
+    /// table `events` (a `DEFAULT next_shard_id(7)` key), at least 100 each
+    /// after `op` returned (at most 3,000); returns what `op` returned and,
+    /// per node, the IDs acknowledged and the statements that failed.
+    fn while_inserting<T>(nodes: &[&Server], tag: i32, op: impl FnOnce() -> T) -> (T, Vec<(Vec<i64>, Vec<String>)>) {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let inserters: Vec<_> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let mut c = node.client();
+                    let stop = &stop;
+                    s.spawn(move || {
+                        let (mut ids, mut failed, mut after) = (vec![], vec![], 0);
+                        for n in 0..3000 {
+                            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                after += 1;
+                                if after > 100 {
+                                    break;
+                                }
+                            }
+                            let by = tag * 10 + i as i32;
+                            match c.query_one("INSERT INTO events (tenant_id, by_node) VALUES ($1, $2) RETURNING id", &[&(n % 50), &by]) {
+                                Ok(r) => ids.push(r.get::<_, i64>(0)),
+                                Err(e) => failed.push(failure(&e)),
+                            }
+                        }
+                        (ids, failed)
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let result = op();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            (result, inserters.into_iter().map(|h| h.join().unwrap()).collect())
+        })
+    }
+
+    /// Inserts through every node go on, each node's IDs rising, none
+    /// repeated or failed and each stored as acknowledged, while a shard
+    /// placement moves (`citus_move_shard_placement`), while the rebalancer
+    /// spreads the shards onto a worker just added, and while a worker is
+    /// drained and removed: no worker mints, wherever the shards are.
+    #[test]
+    fn shard_moves_the_rebalancer_and_a_removed_worker_repeat_no_id() {
+        let mut cluster = Cluster::start("citus_moves", 2, &[]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE TABLE events (tenant_id int, id bigint DEFAULT next_shard_id(7), by_node int, PRIMARY KEY (tenant_id, id));
+             SELECT create_distributed_table('events', 'tenant_id', shard_count => 4);",
+        )
+        .unwrap();
+        let mut acknowledged: Vec<(i32, Vec<i64>)> = vec![];
+        let mut keep = |tag: i32, per_node: Vec<(Vec<i64>, Vec<String>)>| {
+            for (i, (ids, failed)) in per_node.into_iter().enumerate() {
+                assert!(failed.is_empty(), "phase {tag}, node {i}: failed inserts: {failed:?}");
+                assert!(ids.len() > 100, "phase {tag}, node {i}: {} inserts", ids.len());
+                assert!(ids.windows(2).all(|w| w[0] < w[1]), "phase {tag}, node {i}: an ID below an earlier one of shard 7");
+                acknowledged.push((tag * 10 + i as i32, ids));
+            }
+        };
+        // 1: one placement moves from one worker to the other.
+        let (shard, from, to): (i64, String, String) = {
+            let r = c
+                .query_one(
+                    "SELECT shardid, nodename, (SELECT nodename FROM pg_dist_node WHERE groupid <> 0 AND nodename <> s.nodename LIMIT 1)
+                       FROM citus_shards s WHERE table_name = 'events'::regclass ORDER BY shardid LIMIT 1",
+                    &[],
+                )
+                .unwrap();
+            (r.get(0), r.get(1), r.get(2))
+        };
+        let (moved, per_node) = while_inserting(&cluster.nodes(), 1, || {
+            cluster.coordinator.client().execute(
+                "SELECT citus_move_shard_placement($1, $2, $3, $4, $3, shard_transfer_mode => 'force_logical')",
+                &[&shard, &from, &(PORT as i32), &to],
+            )
+        });
+        moved.unwrap();
+        let now: String = c.query_one("SELECT nodename FROM citus_shards WHERE shardid = $1", &[&shard]).unwrap().get(0);
+        assert_eq!(now, to, "the placement did not move");
+        keep(1, per_node);
+        // 2: a third worker joins and the rebalancer moves shards onto it.
+        cluster.add_worker();
+        let added = node_name(cluster.workers.last().unwrap());
+        let (rebalanced, per_node) = while_inserting(&cluster.nodes(), 2, || {
+            cluster.coordinator.client().batch_execute("SELECT rebalance_table_shards('events', shard_transfer_mode => 'force_logical')")
+        });
+        rebalanced.unwrap();
+        let there: i64 = c.query_one("SELECT count(*) FROM citus_shards WHERE nodename = $1", &[&added]).unwrap().get(0);
+        assert!(there > 0, "the rebalancer moved nothing onto the new worker");
+        keep(2, per_node);
+        // 3: the first worker is drained and removed (its own session is not among the inserters).
+        let gone = node_name(&cluster.workers[0]);
+        let staying: Vec<&Server> = std::iter::once(&cluster.coordinator).chain(cluster.workers[1..].iter()).collect();
+        let (removed, per_node) = while_inserting(&staying, 3, || {
+            let mut m = cluster.coordinator.client();
+            m.execute("SELECT citus_drain_node($1, $2, shard_transfer_mode => 'force_logical')", &[&gone, &(PORT as i32)])?;
+            m.execute("SELECT citus_remove_node($1, $2)", &[&gone, &(PORT as i32)])
+        });
+        removed.unwrap();
+        let left: i64 = c.query_one("SELECT count(*) FROM pg_dist_node WHERE nodename = $1", &[&gone]).unwrap().get(0);
+        assert_eq!(left, 0, "the worker was not removed");
+        keep(3, per_node);
+
+        let total: usize = acknowledged.iter().map(|(_, ids)| ids.len()).sum();
+        let distinct: HashSet<i64> = acknowledged.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
+        assert_eq!(distinct.len(), total, "duplicate IDs");
+        assert_eq!(counts(&mut c, "events"), (total as i64, total as i64));
+        for (by, ids) in &acknowledged {
+            let stored: Vec<i64> = c
+                .query_one("SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM events WHERE by_node = $1", &[by])
+                .unwrap()
+                .get(0);
+            assert_eq!(&stored, ids, "inserter {by}: the stored rows are not the acknowledged ones");
+        }
+    }
+
     /// A worker refuses what only the coordinator's registry can hold.
     #[test]
     fn registering_on_a_worker_refuses_and_says_where() {
@@ -428,6 +548,28 @@ mod citus {
             .unwrap()
             .get(0);
         assert!(forwarding <= 1, "{forwarding} forwarding sessions on the worker");
+    }
+
+    /// A worker whose metadata lists no coordinator (its group-0 entry
+    /// deleted, as on a cluster whose coordinator was never set with
+    /// `citus_set_coordinator_host`): minting there refuses with 55000 and
+    /// says what to do; it never mints locally.
+    #[test]
+    fn a_worker_that_knows_no_coordinator_refuses_and_says_so() {
+        let cluster = Cluster::start("citus_nocoord", 1, &[]);
+        let w = &cluster.workers[0];
+        w.client().execute("DELETE FROM pg_dist_node WHERE groupid = 0", &[]).unwrap();
+        let mut c = w.client();
+        for sql in ["SELECT next_shard_id(7)", "SELECT next_schema_id('public')"] {
+            let e = c.query_one(sql, &[]).unwrap_err();
+            let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+            assert_eq!(db.code().code(), "55000", "{sql}: {}", db.message());
+            assert_eq!(db.message(), "this Citus worker knows no coordinator to mint IDs", "{sql}");
+            assert_eq!(db.hint(), Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>)."), "{sql}");
+        }
+        let minted: i64 = c.query_one("SELECT count(*) FROM id_generator_status()", &[]).unwrap().get(0);
+        assert_eq!(minted, 0, "the worker minted locally");
+        assert_eq!(sqlstate(c.query_one("SELECT uuid_v7()", &[])), "ok");
     }
 
     /// A coordinator that accepts connections but never answers (its

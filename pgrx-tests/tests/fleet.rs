@@ -9,10 +9,11 @@ use pg_idgen_e2e::{decode, sqlstate, Server};
 
 const RANGES: [(i32, i32); 3] = [(0, 2730), (2731, 5461), (5462, 8191)];
 
-fn fleet_check(servers: &[&Server]) -> (bool, String) {
+/// scripts/fleet-check on these servers: its exit code and what it printed.
+fn fleet_check(servers: &[&Server]) -> (Option<i32>, String) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/fleet-check");
     let out = Command::new("bash").arg(script).args(servers.iter().map(|s| s.conninfo("postgres"))).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
 }
 
 #[test]
@@ -22,8 +23,8 @@ fn three_servers_with_disjoint_claims_never_collide() {
         s.client().execute("SELECT shard_claim($1, $2)", &[&first, &last]).unwrap();
     }
     let all: Vec<&Server> = servers.iter().collect();
-    let (ok, report) = fleet_check(&all);
-    assert!(ok && report.contains("OK: 3 servers"), "{report}");
+    let (code, report) = fleet_check(&all);
+    assert!(code == Some(0) && report.contains("OK: 3 servers"), "{code:?}: {report}");
 
     let (clients_per_server, batches, per_batch) = (2, 10, 10_000);
     let started = Instant::now();
@@ -66,8 +67,23 @@ fn three_servers_with_disjoint_claims_never_collide() {
     let mut c = servers[0].client();
     assert_eq!(sqlstate(c.query_one("SELECT next_shard_id(5000)", &[])), "55000", "unclaimed shard");
     c.execute("SELECT shard_claim(3000, 3000)", &[]).unwrap();
-    let (ok, report) = fleet_check(&all);
-    assert!(!ok && report.contains("OVERLAP: shards 3000 to 3000"), "{report}");
+    let (code, report) = fleet_check(&all);
+    assert!(code == Some(1) && report.contains("OVERLAP: shards 3000 to 3000"), "{code:?}: {report}");
+}
+
+/// A server that never claimed a shard, or went back to every shard with
+/// `shard_own_all()`, mints for every shard: scripts/fleet-check flags it
+/// as overlapping the other servers' claims and exits 1.
+#[test]
+fn fleet_check_flags_a_server_that_owns_every_shard() {
+    let (a, b) = (Server::start("fleet-all-a", &[]), Server::start("fleet-all-b", &[]));
+    a.client().batch_execute("SELECT shard_claim(0, 2730)").unwrap();
+    let overlap = "OVERLAP: shards 0 to 2730 of server 2 overlap shards up to 2730 of server 1\n";
+    assert_eq!(fleet_check(&[&a, &b]), (Some(1), overlap.to_string()), "B never claimed");
+    b.client().batch_execute("SELECT shard_claim(2731, 5461)").unwrap();
+    assert_eq!(fleet_check(&[&a, &b]), (Some(0), "OK: 2 servers, no shard claimed twice\n".to_string()), "B claimed its own range");
+    b.client().batch_execute("SELECT shard_own_all()").unwrap();
+    assert_eq!(fleet_check(&[&a, &b]), (Some(1), overlap.to_string()), "B owns every shard again");
 }
 
 #[test]

@@ -295,12 +295,30 @@ fn a_changed_epoch_refuses_to_mint_and_decoding_stays() {
     let mut server = setup("hostile-epoch");
     let id: i64 = server.client().query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
     let ts: String = server.client().query_one("SELECT id_ts($1)::text", &[&id]).unwrap().get(0);
+    server.client().batch_execute("SELECT shard_schema_create('tenant4', 4)").unwrap();
     server.append_conf("pg_idgen.epoch = '2025-06-01 00:00:00+00'");
     server.restart();
     let mut c = server.client();
-    let e = c.batch_execute("SELECT next_shard_id(3)").unwrap_err();
-    assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{e}");
-    assert!(format!("{e:?}").contains("epoch"), "{e:?}");
+    // The refusal names both epochs (Unix ms: 2025-06-01 and 2026-01-01) and says what to do.
+    for sql in ["SELECT next_shard_id(3)", "SELECT next_schema_id('tenant4')"] {
+        let e = c.batch_execute(sql).unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+        assert_eq!(db.code().code(), "55000", "{sql}: {db}");
+        assert_eq!(db.message(), "pg_idgen.epoch differs from the epoch this database's IDs were minted with", "{sql}");
+        assert_eq!(
+            db.detail(),
+            Some(
+                "The server's epoch is 1748736000000 ms after 1970-01-01 UTC; this database's IDs count from 1767225600000 ms. \
+                 Minting under another epoch would repeat IDs and make them decode wrongly."
+            ),
+            "{sql}"
+        );
+        assert_eq!(
+            db.hint(),
+            Some("Set pg_idgen.epoch back to the value shown by id_epoch() in this database and restart the server."),
+            "{sql}"
+        );
+    }
     let again: String = c.query_one("SELECT id_ts($1)::text", &[&id]).unwrap().get(0);
     assert_eq!(again, ts, "decoding uses the recorded epoch");
     let epoch: String = c.query_one("SELECT id_epoch()::text", &[]).unwrap().get(0);

@@ -191,6 +191,46 @@ fn when_ownership_cannot_load_the_error_and_the_log_say_why() {
     assert!(s.log().contains("pg_idgen: loaded the server's shard ownership from database \"fleet\""));
 }
 
+/// With no worker slot left for the loader at server start
+/// (`max_worker_processes = 0`), PostgreSQL logs "too many background
+/// workers", and minting outside the fleet database refuses with 55000
+/// after its bounded wait, saying the loader has not started, until the
+/// fleet database, which reads the ownership itself, has minted. Raised
+/// and restarted, the loader loads it again.
+#[test]
+fn without_a_worker_slot_for_the_loader_minting_elsewhere_refuses_and_says_why() {
+    let mut s = Server::start("no-slot", &["max_worker_processes = 0"]);
+    s.client().batch_execute("CREATE DATABASE other").unwrap();
+    let mut o = s.client_db("other");
+    o.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    assert!(s.log().contains("too many background workers"), "{}", s.log());
+    let t0 = Instant::now();
+    let e = o.query_one("SELECT next_shard_id(1)", &[]).unwrap_err();
+    let waited = t0.elapsed();
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(db.code().code(), "55000", "{}", db.message());
+    assert_eq!(db.message(), "the server's shard ownership is not loaded yet");
+    assert_eq!(
+        db.detail(),
+        Some(
+            "The pg_idgen loader reads it from database \"postgres\" (pg_idgen.fleet_database) after a start, crash recovery or \
+             promotion; it has not started yet (if the server log said \"too many background workers\" at start, \
+             max_worker_processes left no room for it: raise it and restart)."
+        )
+    );
+    assert!(waited >= Duration::from_secs(4) && waited < Duration::from_secs(8), "refused after {waited:?}");
+    assert_eq!(loaders(&mut s.client()), 0);
+    // The fleet database reads the ownership itself, for every database.
+    assert_eq!(sqlstate(s.client().query_one("SELECT next_shard_id(1)", &[])), "ok", "in the fleet database");
+    assert_eq!(sqlstate(o.query_one("SELECT next_shard_id(1)", &[])), "ok", "in database other once the fleet database read it");
+    // With a slot, after a restart, the loader loads it with no help.
+    s.append_conf("max_worker_processes = 8");
+    s.restart();
+    let mut o = s.client_db("other");
+    eventually(10, "minting in database other after the restart", || sqlstate(o.query_one("SELECT next_shard_id(1)", &[])) == "ok");
+    eventually(10, "the loader logs its load", || s.log().contains("pg_idgen: loaded the server's shard ownership from database \"postgres\""));
+}
+
 #[test]
 fn new_sessions_past_the_limit_do_not_push_minting_ahead_of_the_clock() {
     let s = Server::start("sessions-ahead", &["pg_idgen.max_databases = 1", "max_connections = 60"]);

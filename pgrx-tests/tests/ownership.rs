@@ -219,3 +219,56 @@ fn the_ownership_tables_cannot_be_written_around_the_functions() {
     assert_eq!(sqlstate(m.batch_execute("SELECT shard_claim(20, 20)")), "ok", "the functions still work for the role");
     assert_eq!(mint(&mut s.client(), 20), "ok");
 }
+
+/// A role without the grant is refused (42501) before it queues for the
+/// lock that registrations and ownership changes take: while another session
+/// holds that lock, it gets 42501 at once, where a role with the grant waits
+/// (its `lock_timeout` ends the wait with 55P03, so a refusal that came
+/// after queueing would show as 55P03 too). So it cannot make others wait.
+#[test]
+fn a_role_without_the_grant_is_refused_before_it_would_wait_for_a_lock() {
+    let s = Server::start("own-nogrant", &[]);
+    s.client()
+        .batch_execute(
+            "CREATE ROLE mgr LOGIN; GRANT INSERT, UPDATE, DELETE ON shard_ownership, shard_releases, shard_fleet_mode TO mgr;
+             GRANT INSERT ON shard_schema_registry TO mgr;
+             CREATE ROLE nobody LOGIN;
+             DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO mgr, nobody', current_database()); END $$;
+             CREATE SCHEMA mine AUTHORIZATION nobody; CREATE SCHEMA theirs AUTHORIZATION mgr;
+             SELECT shard_claim(0, 99); SELECT next_shard_id(5); SELECT shard_release(5);",
+        )
+        .unwrap();
+    // Held: the ownership tables' lock (by a claim) and the registry's (by a registration), until COMMIT.
+    let mut holder = s.client();
+    holder.batch_execute("BEGIN; SELECT shard_claim(200, 200); SELECT shard_schema_create('held', 10)").unwrap();
+    // A session with the grants queues behind it.
+    let conninfo = s.conninfo("postgres").replace("user=postgres", "user=mgr");
+    let queued = std::thread::spawn(move || {
+        let mut q = pg_idgen_e2e::postgres::Client::connect(&conninfo, pg_idgen_e2e::postgres::NoTls).unwrap();
+        sqlstate(q.batch_execute("SET application_name = 'queued'; SELECT shard_claim(201, 201)"))
+    });
+    pg_idgen_e2e::eventually_waits_for_a_lock(&s, "queued");
+    let calls = [
+        "SELECT shard_claim(100, 100)",
+        "SELECT shard_release(6)",
+        "SELECT shard_adopt(5, id_from_parts(now(), 5, 0))",
+        "SELECT shard_own_all()",
+        "SELECT shard_schema_register('mine', 11)",
+        "SELECT shard_schema_create('another', 12)",
+    ];
+    let (mut granted, mut nobody) = (s.client_as("postgres", "mgr"), s.client_as("postgres", "nobody"));
+    for c in [&mut granted, &mut nobody] {
+        c.batch_execute("SET lock_timeout = '1s'").unwrap();
+    }
+    for sql in calls {
+        let sql = sql.replace("'mine'", "'theirs'");
+        assert_eq!(sqlstate(granted.batch_execute(&sql)), "55P03", "with the grant, {sql} waits for the lock");
+    }
+    for sql in calls {
+        assert_eq!(sqlstate(nobody.batch_execute(sql)), "42501", "without the grant, {sql}");
+    }
+    let left: i64 = s.client().query_one("SELECT count(*) FROM pg_namespace WHERE nspname = 'another'", &[]).unwrap().get(0);
+    assert_eq!(left, 0, "the refused shard_schema_create left no schema");
+    holder.batch_execute("COMMIT").unwrap();
+    assert_eq!(queued.join().unwrap(), "ok", "the queued claim went through after the holder committed");
+}

@@ -85,3 +85,43 @@ fn drop_schema_racing_a_registration_leaves_no_orphan() {
     a.batch_execute("CREATE SCHEMA race3; SELECT shard_schema_register('race3', 401); CREATE SCHEMA race5; SELECT shard_schema_register('race5', 402)")
         .unwrap();
 }
+
+/// A registry row whose schema is gone (written with triggers disabled, as
+/// `pg_restore --disable-triggers` writes it) holds nothing: a registration
+/// that needs its shard removes it, a new schema of its name removes it,
+/// and a role with only INSERT on the registry does both; rows of schemas
+/// that exist stay.
+#[test]
+fn a_row_whose_schema_is_gone_makes_way_for_a_registration() {
+    let server = Server::start("schema-orphan", &[]);
+    let mut a = server.client();
+    a.batch_execute(
+        "CREATE ROLE registrar LOGIN; GRANT INSERT ON shard_schema_registry TO registrar;
+         DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO registrar', current_database()); END $$;
+         SELECT shard_schema_create('live', 5);
+         SET session_replication_role = replica;
+         INSERT INTO shard_schema_registry (schema_name, shard) VALUES ('gone7', 7), ('gone8', 8);
+         RESET session_replication_role;",
+    )
+    .unwrap();
+    let rows = |c: &mut pg_idgen_e2e::postgres::Client| -> String {
+        c.query_one("SELECT string_agg(schema_name || '=' || shard, ',' ORDER BY shard) FROM shard_schema_registry", &[]).unwrap().get(0)
+    };
+    assert_eq!(rows(&mut a), "live=5,gone7=7,gone8=8", "the orphan rows are there");
+    let mut r = server.client_as("postgres", "registrar");
+    // Its shard: a registration for shard 7 removes gone7's row.
+    r.batch_execute("SELECT shard_schema_create('new7', 7)").unwrap();
+    assert_eq!(rows(&mut a), "live=5,new7=7,gone8=8");
+    let id: i64 = r.query_one("SELECT next_schema_id('new7')", &[]).unwrap().get(0);
+    assert_eq!(decode(id).1, 7);
+    // Its name: a new schema gone8 inherits nothing, and its row is gone.
+    r.batch_execute("CREATE SCHEMA gone8").unwrap();
+    assert_eq!(rows(&mut a), "live=5,new7=7");
+    assert_eq!(sqlstate(r.query_one("SELECT next_schema_id('gone8')", &[])), "42704");
+    r.batch_execute("SELECT shard_schema_register('gone8', 8)").unwrap();
+    // A row whose schema exists is not removed, through the function or by
+    // the role's own INSERT (which runs the same trigger).
+    assert_eq!(sqlstate(r.batch_execute("SELECT shard_schema_create('new5', 5)")), "23505");
+    assert_eq!(sqlstate(r.batch_execute("INSERT INTO shard_schema_registry (schema_name, shard) VALUES ('new5', 5)")), "23505");
+    assert_eq!(rows(&mut a), "live=5,new7=7,gone8=8");
+}

@@ -357,7 +357,35 @@ fn alter_extension_update_from_0_2_0_works_before_and_keeps_everything_after() {
     let mut c = server.client();
     c.batch_execute("CREATE EXTENSION pg_idgen VERSION '0.2.0'").unwrap();
     let old_max = fill(&mut c);
+    // The update to 0.4.0 drops and re-creates id_generator_server_status():
+    // a view over it, another role's or a temporary one, stops the update
+    // with 2BP01 naming the view, and the update changes nothing; grants and
+    // revokes on the function return to the defaults.
+    c.batch_execute(
+        "CREATE ROLE watcher LOGIN; CREATE ROLE outsider LOGIN; GRANT CREATE ON SCHEMA public TO watcher;
+         REVOKE EXECUTE ON FUNCTION id_generator_server_status() FROM PUBLIC;
+         GRANT EXECUTE ON FUNCTION id_generator_server_status() TO watcher;",
+    )
+    .unwrap();
+    server.client_as("postgres", "watcher").batch_execute("CREATE VIEW public.watched AS SELECT epoch FROM id_generator_server_status()").unwrap();
+    c.batch_execute("CREATE TEMP VIEW mine AS SELECT * FROM id_generator_server_status()").unwrap();
+    let may_run = |c: &mut Client| -> bool {
+        c.query_one("SELECT has_function_privilege('outsider', 'id_generator_server_status()', 'EXECUTE')", &[]).unwrap().get(0)
+    };
+    assert!(!may_run(&mut c), "revoked from PUBLIC before the update");
+    for (views, drop) in [(&["view watched", "view mine"][..], "DROP VIEW public.watched"), (&["view mine"][..], "DROP VIEW mine")] {
+        let e = c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(db.code().code(), "2BP01", "{db}");
+        assert_eq!(db.message(), "cannot drop function id_generator_server_status() because other objects depend on it");
+        let expected: Vec<String> = views.iter().map(|v| format!("{v} depends on function id_generator_server_status()")).collect();
+        assert_eq!(db.detail(), Some(expected.join("\n").as_str()));
+        let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
+        assert_eq!(version, "0.2.0", "the failed update changed nothing");
+        c.batch_execute(drop).unwrap();
+    }
     update_with_this_library(&server, &mut c, old_max, "0.2.0");
+    assert!(may_run(&mut c), "EXECUTE for PUBLIC again after the update");
 }
 
 /// A release as its users have it: its library and SQL built from the
