@@ -27,7 +27,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pgrx::prelude::*;
@@ -49,6 +49,31 @@ pub fn init() {
     // SAFETY: looks a setting up by name; no string is kept.
     let citus = unsafe { !pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false).is_null() };
     PRELOADED.store(citus, Ordering::Relaxed);
+    if citus {
+        // SAFETY: chains the previous hook, in the postmaster before any backend starts.
+        unsafe {
+            PREV_ANALYZE = pg_sys::post_parse_analyze_hook;
+            pg_sys::post_parse_analyze_hook = Some(statement_analyzed);
+        }
+    }
+}
+
+static mut PREV_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
+
+/// Statements this backend has parsed and analyzed: every statement of a
+/// query string is, before it runs (utility statements too, FETCH and CALL
+/// among them), as are a function's statements when first prepared.
+static ANALYZED: AtomicU64 = AtomicU64::new(0);
+
+/// The hook, installed only with Citus: counts, then calls the next hook.
+/// Not `#[pg_guard]`: it holds nothing with a destructor, so an error of
+/// the next hook leaves through it to PostgreSQL untouched.
+unsafe extern "C-unwind" fn statement_analyzed(pstate: *mut pg_sys::ParseState, query: *mut pg_sys::Query, jstate: *mut pg_sys::JumbleState) {
+    ANALYZED.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: PREV_ANALYZE is set once, at preload; its arguments are ours.
+    if let Some(prev) = unsafe { PREV_ANALYZE } {
+        unsafe { prev(pstate, query, jstate) }
+    }
 }
 
 /// What a worker asks the coordinator for.
@@ -75,31 +100,41 @@ enum Key {
 /// The most IDs one round trip fetches: a millisecond's worth of one shard.
 const MAX_BLOCK: u32 = 1024;
 
-/// IDs the coordinator minted for one call site (one `DEFAULT` or function
-/// call in one execution of a statement: kept in its `fn_extra`, freed with
-/// the executor state), not yet handed out. Each fetch takes twice as many as
-/// the last, from 1 up to [`MAX_BLOCK`]: a statement that mints one row pays
-/// one round trip and skips no ID; one that mints 20,000 pays 29. Every ID of
-/// a block was minted after the statement began, so it is above every ID of
+/// The most shards and schemas one statement keeps blocks for; past it the
+/// blocks start over (bounding a backend's memory).
+const MAX_BLOCKS: usize = 64;
+
+/// IDs the coordinator minted for one shard or schema in the current
+/// statement, not yet handed out. Each fetch takes twice as many as the
+/// last, from 1 up to [`MAX_BLOCK`]: a statement that mints one row pays one
+/// round trip and skips no ID; one that mints 20,000 pays 29. Every ID of a
+/// block was minted after the statement began, so it is above every ID of
 /// its shard acknowledged before; those left when the statement ends are
-/// skipped, never handed out. IDs of statements running at once interleave.
-///
-/// A call site can outlive its statement (a PL/pgSQL expression's lives as
-/// long as its transaction, a cursor's until it is closed), so a block also
-/// belongs to the statement that fetched it: the client's command, by its
-/// start time (statements sent in one query string share it).
-#[derive(Default)]
+/// skipped, never handed out. A statement's IDs of one shard rise in the
+/// order it takes them, whichever of its calls takes them; IDs of
+/// statements running at once interleave.
 struct Block {
-    key: Option<(Key, pg_sys::TimestampTz)>,
+    key: Key,
     ids: VecDeque<i64>,
     next: u32,
 }
 
+/// The statement the blocks belong to: the client's command (by its start
+/// time, a new one at every protocol message), the statements analyzed
+/// before it (a new one for each statement of a query string: they share a
+/// start time), and the current role (a block fetched as one role is not
+/// handed to another). A statement that ends, fails or is followed by
+/// another leaves its blocks behind, also where a call outlives it (a
+/// PL/pgSQL expression's lives as long as its transaction, a cursor's until
+/// it is closed).
+type Statement = (pg_sys::TimestampTz, u64, pg_sys::Oid);
+
+static BLOCKS: BackendLocal<(Option<Statement>, Vec<Block>)> = BackendLocal::new((None, Vec::new()));
+
 /// The ID the coordinator minted for `call`, when this node is a Citus
-/// worker; None when this node mints. `fcinfo` is the SQL call's, whose
-/// call site keeps the [`Block`].
+/// worker; None when this node mints.
 #[inline]
-pub fn mint_elsewhere(call: Call<'_>, function: &'static str, fcinfo: pg_sys::FunctionCallInfo) -> Option<i64> {
+pub fn mint_elsewhere(call: Call<'_>, function: &'static str) -> Option<i64> {
     if !PRELOADED.load(Ordering::Relaxed) {
         return None;
     }
@@ -108,30 +143,31 @@ pub fn mint_elsewhere(call: Call<'_>, function: &'static str, fcinfo: pg_sys::Fu
         IdError::CitusForwardedToWorker(function).raise()
     }
     crate::mark::check_writable(function);
-    // SAFETY: reads the current command's start time.
-    let key = (call.key(), unsafe { pg_sys::GetCurrentStatementStartTimestamp() });
-    // SAFETY: the live call's fcinfo; its flinfo (absent in a direct call)
-    // is this function's at this call site, and fn_extra is ours alone.
-    let mut block = unsafe {
-        (!fcinfo.is_null() && !(*fcinfo).flinfo.is_null()).then(|| pgrx::fcinfo::pg_func_extra(fcinfo, Block::default))
-    };
-    if let Some(b) = block.as_mut() {
-        if b.key.as_ref() == Some(&key) {
-            if let Some(id) = b.ids.pop_front() {
-                return Some(id);
-            }
-        } else {
-            // Another shard in the same call site (`next_shard_id(col)`), or
-            // another statement: what is left of the last block is skipped.
-            b.key = Some(key);
-            b.ids.clear();
-            b.next = 1;
+    let key = call.key();
+    // SAFETY: reads the current command's start time and the current role.
+    let statement = unsafe { (pg_sys::GetCurrentStatementStartTimestamp(), ANALYZED.load(Ordering::Relaxed), pg_sys::GetUserId()) };
+    let n = {
+        let mut blocks = BLOCKS.borrow_mut();
+        let (of, blocks) = &mut *blocks;
+        if *of != Some(statement) || blocks.len() >= MAX_BLOCKS && !blocks.iter().any(|b| b.key == key) {
+            *of = Some(statement);
+            blocks.clear();
         }
-    }
-    let n = block.as_ref().map_or(1, |b| b.next.max(1));
+        match blocks.iter_mut().find(|b| b.key == key) {
+            Some(b) => match b.ids.pop_front() {
+                Some(id) => return Some(id),
+                None => b.next,
+            },
+            None => {
+                blocks.push(Block { key: key.clone(), ids: VecDeque::new(), next: 1 });
+                1
+            }
+        }
+    };
+    // No borrow is held across the round trip, which may raise.
     let mut ids = forward(&coordinator, &call, n, function);
     let first = ids.pop_front();
-    if let Some(b) = block.as_mut() {
+    if let Some(b) = BLOCKS.borrow_mut().1.iter_mut().find(|b| b.key == key) {
         b.ids = ids;
         b.next = (n * 2).min(MAX_BLOCK);
     }

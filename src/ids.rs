@@ -54,9 +54,9 @@ fn parts_of(id: i64) -> Parts {
 
 /// The next ID for a logical shard (0..8191).
 #[pg_extern(volatile, parallel_unsafe, strict)]
-fn next_shard_id(shard: i32, fcinfo: pg_sys::FunctionCallInfo) -> i64 {
+fn next_shard_id(shard: i32) -> i64 {
     let shard = Shard::new(shard).or_raise();
-    if let Some(id) = citus::mint_elsewhere(Call::Shard(shard), "next_shard_id", fcinfo) {
+    if let Some(id) = citus::mint_elsewhere(Call::Shard(shard), "next_shard_id") {
         return id;
     }
     mint(shard, "next_shard_id")

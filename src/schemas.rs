@@ -96,8 +96,8 @@ fn shard_of(name: &str) -> Shard {
 
 /// The next ID for the logical shard registered for a schema.
 #[pg_extern(volatile, parallel_unsafe, strict)]
-fn next_schema_id(schema_name: &str, fcinfo: pg_sys::FunctionCallInfo) -> i64 {
-    if let Some(id) = citus::mint_elsewhere(Call::Schema(schema_name), "next_schema_id", fcinfo) {
+fn next_schema_id(schema_name: &str) -> i64 {
+    if let Some(id) = citus::mint_elsewhere(Call::Schema(schema_name), "next_schema_id") {
         return id;
     }
     crate::shared::state().or_raise();
