@@ -156,13 +156,10 @@ mod citus {
         assert_eq!(counts(&mut c, "dst"), (100_000, 100_000));
     }
 
-    /// A block belongs to the statement that fetched it. A PL/pgSQL
-    /// expression lives as long as its transaction: a worker's second
-    /// statement in it gets a new ID above one the coordinator acknowledged
-    /// in between, not what the first statement's block left.
-    #[test]
-    fn a_block_never_outlives_its_statement() {
-        let cluster = Cluster::start("citus_block", 1, &[]);
+    /// `mint_n(n)`: mints n IDs of shard 8 in a PL/pgSQL loop (one
+    /// expression, which lives as long as its transaction), returns the last.
+    /// Created on the coordinator; Citus creates it on the workers.
+    fn create_mint_n(cluster: &Cluster) {
         cluster
             .coordinator
             .client()
@@ -172,6 +169,16 @@ mod citus {
                  BEGIN FOR i IN 1..n LOOP x := next_shard_id(8); END LOOP; RETURN x; END $$;",
             )
             .unwrap();
+    }
+
+    /// A block belongs to the statement that fetched it. A PL/pgSQL
+    /// expression lives as long as its transaction: a worker's second
+    /// statement in it gets a new ID above one the coordinator acknowledged
+    /// in between, not what the first statement's block left.
+    #[test]
+    fn a_block_never_outlives_its_statement() {
+        let cluster = Cluster::start("citus_block", 1, &[]);
+        create_mint_n(&cluster);
         let mut w = cluster.workers[0].client();
         w.batch_execute("BEGIN").unwrap();
         // 1 + 2 + 4 + 8 + 16 + 32 fetched for 40 calls: 23 left in the block.
@@ -190,15 +197,7 @@ mod citus {
     #[test]
     fn each_statement_of_a_query_string_fetches_anew() {
         let cluster = Cluster::start("citus_string", 1, &[]);
-        cluster
-            .coordinator
-            .client()
-            .batch_execute(
-                "CREATE FUNCTION mint_n(n int) RETURNS bigint LANGUAGE plpgsql AS $$
-                 DECLARE x bigint;
-                 BEGIN FOR i IN 1..n LOOP x := next_shard_id(8); END LOOP; RETURN x; END $$;",
-            )
-            .unwrap();
+        create_mint_n(&cluster);
         let worker = &cluster.workers[0];
         let mut holder = worker.client();
         holder.batch_execute("SELECT pg_advisory_lock(42)").unwrap();
