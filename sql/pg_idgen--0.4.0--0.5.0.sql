@@ -43,3 +43,30 @@ CREATE OR REPLACE FUNCTION id_generator_server_status() RETURNS TABLE (
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'id_generator_server_status_0_4_wrapper';
+
+-- A schema renamed onto the name of a row whose schema is gone (restored
+-- with triggers disabled) failed with 23505: such a row now makes way, as it
+-- does for a new schema of that name. (CREATE OR REPLACE keeps the grants.)
+CREATE OR REPLACE FUNCTION shard_schemas_follow_renamed() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- The name a schema takes (a new one's, or a renamed one's) was free a
+    -- moment ago: a row holding it is left from a schema that is gone, and
+    -- must neither pass its shard on nor stand in the rename's way. (Before
+    -- ALTER SCHEMA every row of an existing schema took its OID.)
+    DELETE FROM @extschema@.shard_schema_registry r
+     USING pg_catalog.pg_event_trigger_ddl_commands() c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.objid
+     WHERE c.command_tag OPERATOR(pg_catalog.=) ANY (ARRAY['CREATE SCHEMA', 'ALTER SCHEMA'])
+       AND c.object_type OPERATOR(pg_catalog.=) 'schema'
+       AND r.schema_name OPERATOR(pg_catalog.=) n.nspname
+       AND (r.schema_oid IS NULL OR r.schema_oid OPERATOR(pg_catalog.<>) c.objid);
+    UPDATE @extschema@.shard_schema_registry r SET schema_name = n.nspname
+      FROM pg_catalog.pg_event_trigger_ddl_commands() c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.objid
+     WHERE c.command_tag OPERATOR(pg_catalog.=) 'ALTER SCHEMA'
+       AND c.object_type OPERATOR(pg_catalog.=) 'schema'
+       AND r.schema_oid OPERATOR(pg_catalog.=) c.objid
+       AND r.schema_name OPERATOR(pg_catalog.<>) n.nspname;
+END
+$$;

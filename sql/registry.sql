@@ -93,6 +93,17 @@ CREATE EVENT TRIGGER pg_idgen_key_schemas ON ddl_command_start
 CREATE FUNCTION shard_schemas_follow_renamed() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- The name a schema takes (a new one's, or a renamed one's) was free a
+    -- moment ago: a row holding it is left from a schema that is gone, and
+    -- must neither pass its shard on nor stand in the rename's way. (Before
+    -- ALTER SCHEMA every row of an existing schema took its OID.)
+    DELETE FROM @extschema@.shard_schema_registry r
+     USING pg_catalog.pg_event_trigger_ddl_commands() c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.objid
+     WHERE c.command_tag OPERATOR(pg_catalog.=) ANY (ARRAY['CREATE SCHEMA', 'ALTER SCHEMA'])
+       AND c.object_type OPERATOR(pg_catalog.=) 'schema'
+       AND r.schema_name OPERATOR(pg_catalog.=) n.nspname
+       AND (r.schema_oid IS NULL OR r.schema_oid OPERATOR(pg_catalog.<>) c.objid);
     UPDATE @extschema@.shard_schema_registry r SET schema_name = n.nspname
       FROM pg_catalog.pg_event_trigger_ddl_commands() c
       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.objid
@@ -100,14 +111,6 @@ BEGIN
        AND c.object_type OPERATOR(pg_catalog.=) 'schema'
        AND r.schema_oid OPERATOR(pg_catalog.=) c.objid
        AND r.schema_name OPERATOR(pg_catalog.<>) n.nspname;
-    -- A new schema's name was free a moment ago: a row holding it is left
-    -- from a schema that is gone and must not pass its shard on.
-    DELETE FROM @extschema@.shard_schema_registry r
-     USING pg_catalog.pg_event_trigger_ddl_commands() c
-      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.objid
-     WHERE c.command_tag OPERATOR(pg_catalog.=) 'CREATE SCHEMA'
-       AND c.object_type OPERATOR(pg_catalog.=) 'schema'
-       AND r.schema_name OPERATOR(pg_catalog.=) n.nspname;
 END
 $$;
 REVOKE ALL ON FUNCTION shard_schemas_follow_renamed() FROM PUBLIC;

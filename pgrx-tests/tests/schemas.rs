@@ -89,8 +89,8 @@ fn drop_schema_racing_a_registration_leaves_no_orphan() {
 /// A registry row whose schema is gone (written with triggers disabled, as
 /// `pg_restore --disable-triggers` writes it) holds nothing: a registration
 /// that needs its shard removes it, a new schema of its name removes it,
-/// and a role with only INSERT on the registry does both; rows of schemas
-/// that exist stay.
+/// and a role with only INSERT on the registry does both; so does a schema
+/// renamed onto its name; rows of schemas that exist stay.
 #[test]
 fn a_row_whose_schema_is_gone_makes_way_for_a_registration() {
     let server = Server::start("schema-orphan", &[]);
@@ -124,4 +124,21 @@ fn a_row_whose_schema_is_gone_makes_way_for_a_registration() {
     assert_eq!(sqlstate(r.batch_execute("SELECT shard_schema_create('new5', 5)")), "23505");
     assert_eq!(sqlstate(r.batch_execute("INSERT INTO shard_schema_registry (schema_name, shard) VALUES ('new5', 5)")), "23505");
     assert_eq!(rows(&mut a), "live=5,new7=7,gone8=8");
+    // Its name, by a rename: a registered schema renamed onto an orphan's
+    // name keeps its own shard and the orphan's row is gone (it failed with
+    // 23505); an unregistered schema renamed onto one inherits nothing.
+    a.batch_execute(
+        "SET session_replication_role = replica;
+         INSERT INTO shard_schema_registry (schema_name, shard) VALUES ('gone9', 9), ('gone10', 10);
+         RESET session_replication_role;
+         CREATE SCHEMA plain;",
+    )
+    .unwrap();
+    a.batch_execute("ALTER SCHEMA live RENAME TO gone9").unwrap();
+    assert_eq!(rows(&mut a), "gone9=5,new7=7,gone8=8,gone10=10");
+    a.batch_execute("ALTER SCHEMA plain RENAME TO gone10").unwrap();
+    assert_eq!(rows(&mut a), "gone9=5,new7=7,gone8=8");
+    assert_eq!(sqlstate(a.query_one("SELECT next_schema_id('gone10')", &[])), "42704");
+    let id: i64 = a.query_one("SELECT next_schema_id('gone9')", &[]).unwrap().get(0);
+    assert_eq!(decode(id).1, 5);
 }
