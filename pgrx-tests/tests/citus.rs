@@ -289,39 +289,16 @@ mod citus {
             .unwrap()
             .get(0);
         let target = cluster.workers.iter().map(node_name).find(|n| *n != holder).unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let (moved, per_node) = std::thread::scope(|s| {
-            let inserters: Vec<_> = nodes
-                .iter()
-                .enumerate()
-                .map(|(i, node)| {
-                    let mut a = node.client_as("postgres", "app");
-                    let stop = &stop;
-                    s.spawn(move || {
-                        let mut ids = vec![];
-                        let mut failed = vec![];
-                        // Bounded: at most 3,000 rows per node.
-                        for _ in 0..3000 {
-                            if stop.load(std::sync::atomic::Ordering::Relaxed) && ids.len() >= 200 {
-                                break;
-                            }
-                            match a.query_one("INSERT INTO tenant1.photos (by_node, body) VALUES ($1, 'y') RETURNING id", &[&(i as i32)]) {
-                                Ok(r) => ids.push(r.get::<_, i64>(0)),
-                                Err(e) => failed.push(failure(&e)),
-                            }
-                        }
-                        (ids, failed)
-                    })
-                })
-                .collect();
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            let mut m = cluster.coordinator.client();
-            let moved = m.execute(
+        // At least 200 rows per node, at most 3,000.
+        let clients = nodes.iter().map(|n| n.client_as("postgres", "app")).collect();
+        let insert = |i: usize, _: i32, a: &mut Client| {
+            a.query_one("INSERT INTO tenant1.photos (by_node, body) VALUES ($1, 'y') RETURNING id", &[&(i as i32)]).map(|r| r.get(0))
+        };
+        let (moved, per_node) = while_inserting(clients, 0, 200, insert, || {
+            cluster.coordinator.client().execute(
                 "SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')",
                 &[&target, &(PORT as i32)],
-            );
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            (moved, inserters.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>())
+            )
         });
         moved.unwrap();
         let now: String = c
@@ -354,31 +331,37 @@ mod citus {
         }
     }
 
-    /// Runs `op` while one session on each of `nodes` inserts rows of
-    /// table `events` (a `DEFAULT next_shard_id(7)` key), at least 100 each
-    /// after `op` returned (at most 3,000); returns what `op` returned and,
-    /// per node, the IDs acknowledged and the statements that failed.
-    fn while_inserting<T>(nodes: &[&Server], tag: i32, op: impl FnOnce() -> T) -> (T, Vec<(Vec<i64>, Vec<String>)>) {
+    /// Runs `op` while each of `clients` inserts one row at a time with
+    /// `insert` (given the client's number and the row's, returning the
+    /// ID), at most 3,000 rows each. Once `op` returned, a client stops after
+    /// more than `after` further attempts, with at least `total` IDs in all.
+    /// Returns what `op` returned and, per client, the IDs acknowledged and
+    /// the statements that failed.
+    fn while_inserting<T>(
+        clients: Vec<Client>,
+        after: usize,
+        total: usize,
+        insert: impl Fn(usize, i32, &mut Client) -> Result<i64, pg_idgen_e2e::postgres::Error> + Sync,
+        op: impl FnOnce() -> T,
+    ) -> (T, Vec<(Vec<i64>, Vec<String>)>) {
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
-            let inserters: Vec<_> = nodes
-                .iter()
+            let inserters: Vec<_> = clients
+                .into_iter()
                 .enumerate()
-                .map(|(i, node)| {
-                    let mut c = node.client();
-                    let stop = &stop;
+                .map(|(i, mut c)| {
+                    let (stop, insert) = (&stop, &insert);
                     s.spawn(move || {
-                        let (mut ids, mut failed, mut after) = (vec![], vec![], 0);
+                        let (mut ids, mut failed, mut since) = (vec![], vec![], 0);
                         for n in 0..3000 {
                             if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                                after += 1;
-                                if after > 100 {
+                                since += 1;
+                                if since > after && ids.len() >= total {
                                     break;
                                 }
                             }
-                            let by = tag * 10 + i as i32;
-                            match c.query_one("INSERT INTO events (tenant_id, by_node) VALUES ($1, $2) RETURNING id", &[&(n % 50), &by]) {
-                                Ok(r) => ids.push(r.get::<_, i64>(0)),
+                            match insert(i, n, &mut c) {
+                                Ok(id) => ids.push(id),
                                 Err(e) => failed.push(failure(&e)),
                             }
                         }
@@ -391,6 +374,18 @@ mod citus {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             (result, inserters.into_iter().map(|h| h.join().unwrap()).collect())
         })
+    }
+
+    /// While one session on each of `nodes` inserts rows of table `events`
+    /// (a `DEFAULT next_shard_id(7)` key, `by_node` = `tag` * 10 + the node's
+    /// number), at least 100 attempts each after `op` returned.
+    fn while_inserting_events<T>(nodes: &[&Server], tag: i32, op: impl FnOnce() -> T) -> (T, Vec<(Vec<i64>, Vec<String>)>) {
+        let clients = nodes.iter().map(|n| n.client()).collect();
+        let insert = |i: usize, n: i32, c: &mut Client| {
+            let by = tag * 10 + i as i32;
+            c.query_one("INSERT INTO events (tenant_id, by_node) VALUES ($1, $2) RETURNING id", &[&(n % 50), &by]).map(|r| r.get(0))
+        };
+        while_inserting(clients, 100, 0, insert, op)
     }
 
     /// Inserts through every node go on, each node's IDs rising, none
@@ -427,7 +422,7 @@ mod citus {
                 .unwrap();
             (r.get(0), r.get(1), r.get(2))
         };
-        let (moved, per_node) = while_inserting(&cluster.nodes(), 1, || {
+        let (moved, per_node) = while_inserting_events(&cluster.nodes(), 1, || {
             cluster.coordinator.client().execute(
                 "SELECT citus_move_shard_placement($1, $2, $3, $4, $3, shard_transfer_mode => 'force_logical')",
                 &[&shard, &from, &(PORT as i32), &to],
@@ -440,7 +435,7 @@ mod citus {
         // 2: a third worker joins and the rebalancer moves shards onto it.
         cluster.add_worker();
         let added = node_name(cluster.workers.last().unwrap());
-        let (rebalanced, per_node) = while_inserting(&cluster.nodes(), 2, || {
+        let (rebalanced, per_node) = while_inserting_events(&cluster.nodes(), 2, || {
             cluster.coordinator.client().batch_execute("SELECT rebalance_table_shards('events', shard_transfer_mode => 'force_logical')")
         });
         rebalanced.unwrap();
@@ -450,7 +445,7 @@ mod citus {
         // 3: the first worker is drained and removed (its own session is not among the inserters).
         let gone = node_name(&cluster.workers[0]);
         let staying: Vec<&Server> = std::iter::once(&cluster.coordinator).chain(cluster.workers[1..].iter()).collect();
-        let (removed, per_node) = while_inserting(&staying, 3, || {
+        let (removed, per_node) = while_inserting_events(&staying, 3, || {
             let mut m = cluster.coordinator.client();
             m.execute("SELECT citus_drain_node($1, $2, shard_transfer_mode => 'force_logical')", &[&gone, &(PORT as i32)])?;
             m.execute("SELECT citus_remove_node($1, $2)", &[&gone, &(PORT as i32)])
