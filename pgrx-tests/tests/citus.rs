@@ -331,6 +331,9 @@ mod citus {
         }
     }
 
+    /// Per inserting client: the IDs acknowledged, the statements that failed.
+    type PerClient = Vec<(Vec<i64>, Vec<String>)>;
+
     /// Runs `op` while each of `clients` inserts one row at a time with
     /// `insert` (given the client's number and the row's, returning the
     /// ID), at most 3,000 rows each. Once `op` returned, a client stops after
@@ -343,7 +346,7 @@ mod citus {
         total: usize,
         insert: impl Fn(usize, i32, &mut Client) -> Result<i64, pg_idgen_e2e::postgres::Error> + Sync,
         op: impl FnOnce() -> T,
-    ) -> (T, Vec<(Vec<i64>, Vec<String>)>) {
+    ) -> (T, PerClient) {
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             let inserters: Vec<_> = clients
@@ -379,7 +382,7 @@ mod citus {
     /// While one session on each of `nodes` inserts rows of table `events`
     /// (a `DEFAULT next_shard_id(7)` key, `by_node` = `tag` * 10 + the node's
     /// number), at least 100 attempts each after `op` returned.
-    fn while_inserting_events<T>(nodes: &[&Server], tag: i32, op: impl FnOnce() -> T) -> (T, Vec<(Vec<i64>, Vec<String>)>) {
+    fn while_inserting_events<T>(nodes: &[&Server], tag: i32, op: impl FnOnce() -> T) -> (T, PerClient) {
         let clients = nodes.iter().map(|n| n.client()).collect();
         let insert = |i: usize, n: i32, c: &mut Client| {
             let by = tag * 10 + i as i32;
