@@ -74,3 +74,7 @@ REVOKE EXECUTE ON FUNCTION
     shard_schema_registry_keyed(), shard_schemas_forget_dropped(), shard_schemas_key_by_name(),
     shard_schemas_follow_renamed()
     FROM PUBLIC;
+COMMENT ON FUNCTION citus_shard_take(text) IS
+    'pg_idgen on Citus: hands the shard of a distributed schema to the node holding its data (run on the coordinator by that node)';
+COMMENT ON FUNCTION citus_shard_release(int) IS
+    'pg_idgen on Citus: stops a worker minting a shard whose schema''s data moved away, returning an ID above all it minted (run by the coordinator)';

@@ -81,21 +81,24 @@ pub fn query_rows<R>(
 /// rather than the transaction's or the statement's: it sees what other
 /// sessions committed since those began. For state that decides where IDs
 /// are minted (Citus's metadata, when a node joins), which must never be
-/// read as it was.
-pub fn query_text_rows_now(sql: &CStr) -> Vec<Vec<Option<String>>> {
+/// read as it was. `args` are `$1`, `$2`... as text.
+pub fn query_text_rows_now(sql: &CStr, args: &[&str]) -> Vec<Vec<Option<String>>> {
     pinned(|| {
         Spi::connect(|_| {
+            let mut types = vec![pg_sys::TEXTOID; args.len()];
+            let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.into_datum().unwrap_or_else(|| pg_sys::Datum::from(0))).collect();
             // SAFETY: SPI is connected for this closure; the plan, the
             // snapshot and the result table live until SPI_finish, and every
-            // value is copied out before then.
+            // value is copied out before then; `types` and `values` hold one
+            // entry per argument and outlive the execution.
             unsafe {
-                let plan = pg_sys::SPI_prepare(sql.as_ptr(), 0, std::ptr::null_mut());
+                let plan = pg_sys::SPI_prepare(sql.as_ptr(), args.len() as i32, types.as_mut_ptr());
                 if plan.is_null() {
                     let code = pg_sys::SPI_result;
                     IdError::Internal(format!("SPI_prepare failed: {code}")).raise()
                 }
                 let snapshot = pg_sys::GetLatestSnapshot();
-                let rc = pg_sys::SPI_execute_snapshot(plan, std::ptr::null_mut(), std::ptr::null(), snapshot, std::ptr::null_mut(), true, false, 0);
+                let rc = pg_sys::SPI_execute_snapshot(plan, values.as_mut_ptr(), std::ptr::null(), snapshot, std::ptr::null_mut(), true, false, 0);
                 if rc != pg_sys::SPI_OK_SELECT as i32 {
                     IdError::Internal(format!("SPI_execute_snapshot returned {rc}")).raise()
                 }
@@ -236,7 +239,7 @@ pub fn first_bigint(rel: pg_sys::Oid) -> Option<i64> {
 }
 
 /// The name of a schema.
-fn schema_name(nsp: pg_sys::Oid) -> Option<String> {
+pub fn schema_name(nsp: pg_sys::Oid) -> Option<String> {
     // SAFETY: a syscache lookup; NULL for a schema that does not exist.
     let p = unsafe { pg_sys::get_namespace_name(nsp) };
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())

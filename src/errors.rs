@@ -97,9 +97,17 @@ pub enum IdError {
     CitusWorker(&'static str),
     /// A call forwarded to a node that is a Citus worker itself.
     CitusForwardedToWorker(&'static str),
-    /// The Citus coordinator, which mints for the whole cluster, cannot be reached.
-    CitusUnreachable { node: String, function: &'static str, why: String },
-    /// An error the Citus coordinator raised, raised again as it was there.
+    /// A schema's call forwarded twice without reaching the node holding the schema.
+    CitusForwardedTwice { function: &'static str, schema: String },
+    /// A hand-over function in a database that is no node of a Citus cluster.
+    CitusNotANode(&'static str),
+    /// A hand-over function that runs on workers only, called on the coordinator.
+    CitusOnCoordinator(&'static str),
+    /// A release asked of the node that holds the schema's data.
+    CitusStillHolds { shard: i32, schema: String },
+    /// The Citus node that mints (`what`) cannot be reached.
+    CitusUnreachable { what: String, node: String, function: &'static str, why: String },
+    /// An error another Citus node raised, raised again as it was there.
     Relayed { sqlstate: String, message: String, detail: Option<String>, hint: Option<String> },
     /// A failure of pgrx's SPI layer itself (not of the SQL it ran, which
     /// PostgreSQL raises directly): a bug, reported as an internal error.
@@ -157,7 +165,10 @@ impl IdError {
             SchemaNameInvalid(_) => ERRCODE_NAME_TOO_LONG,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
             SchemaAlreadyRegistered { .. } | ShardTaken { .. } => ERRCODE_UNIQUE_VIOLATION,
-            CitusNoCoordinator | CitusWorker(_) | CitusForwardedToWorker(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            CitusNoCoordinator | CitusWorker(_) | CitusForwardedToWorker(_) | CitusForwardedTwice { .. } => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             CitusUnreachable { .. } => ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             Relayed { sqlstate, .. } => sqlstate_code(sqlstate),
             Internal(_) => ERRCODE_INTERNAL_ERROR,
@@ -372,12 +383,12 @@ impl IdError {
             }
             CitusNoCoordinator => (
                 "this Citus worker knows no coordinator to mint IDs".into(),
-                Some("On a Citus cluster the coordinator (node group 0) mints every logical shard, and pg_dist_node here lists none.".into()),
+                Some("On a Citus cluster the coordinator (node group 0) mints every logical shard no distributed schema holds, and hands the others over; pg_dist_node here lists none.".into()),
                 Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>).".into()),
             ),
             CitusWorker(f) => (
                 format!("{f} must run on the Citus coordinator"),
-                Some("On a Citus cluster the coordinator mints every logical shard, so only its state counts.".into()),
+                Some("On a Citus cluster the coordinator keeps the registry of schemas and the record of which node mints each shard.".into()),
                 Some("Run it on the coordinator.".into()),
             ),
             CitusForwardedToWorker(f) => (
@@ -385,10 +396,30 @@ impl IdError {
                 Some("This session's application_name is the one pg_idgen gives the sessions a worker opens on the coordinator, and this node is a worker: a worker's metadata names it as the coordinator (node group 0), or a client took that name.".into()),
                 Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>) with the coordinator's own address; a client must use another application_name.".into()),
             ),
-            CitusUnreachable { node, function, why } => (
-                format!("{function} cannot reach the Citus coordinator at {node}"),
+            CitusForwardedTwice { function, schema } => (
+                format!("{function} for schema \"{schema}\" was forwarded twice without reaching the node holding the schema"),
+                Some("The nodes' metadata disagree on where the schema's data is, as for a moment while it moves.".into()),
+                Some("Retry the statement.".into()),
+            ),
+            CitusNotANode(f) => (
+                format!("{f} must run on a node of a Citus cluster"),
+                Some("This database has no citus extension.".into()),
+                None,
+            ),
+            CitusOnCoordinator(f) => (
+                format!("{f} must run on a Citus worker"),
+                Some("The coordinator hands its own shards over itself.".into()),
+                None,
+            ),
+            CitusStillHolds { shard, schema } => (
+                format!("shard {shard} cannot be released here: this node holds the data of schema \"{schema}\""),
+                Some("The node holding a distributed schema's placement mints its shard; it hands it over once the placement has moved.".into()),
+                None,
+            ),
+            CitusUnreachable { what, node, function, why } => (
+                format!("{function} cannot reach {what} at {node}"),
                 Some(why.clone()),
-                Some("On a Citus cluster the coordinator mints every logical shard: check that it runs and accepts this role's connections from this node (citus.node_conninfo, pg_hba.conf, .pgpass).".into()),
+                Some("On a Citus cluster the node holding a distributed schema mints its shard, and the coordinator every other shard: check that it runs and accepts this role's connections from this node (citus.node_conninfo, pg_hba.conf, .pgpass).".into()),
             ),
             Relayed { message, detail, hint, .. } => (message.clone(), detail.clone(), hint.clone()),
             Internal(e) => (format!("pg_idgen internal error: {e}"), None, None),

@@ -37,9 +37,10 @@ use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTi
 use pgrx::prelude::*;
 
 use crate::backend::BackendLocal;
-use crate::core::generator::RETIRED;
-use crate::core::layout::{self, Shard, MAX_SHARD, SEQ_BITS};
+use crate::core::generator::{Reservation, RETIRED};
+use crate::core::layout::{self, Parts, Shard, MAX_SEQ, MAX_SHARD, SEQ_BITS};
 use crate::errors::{IdError, LoaderState, OrRaise};
+use crate::mark::DbReservation;
 use crate::shared::{self, FleetState, SHARD_WORDS};
 use crate::{catalog, settings};
 
@@ -318,6 +319,48 @@ pub fn retire(shard: Shard) -> u64 {
         RETIRED_HERE.borrow_mut().push((subid, shard.index(), prev));
     }
     prev
+}
+
+/// Retires a shard's generator for good (until it is raised again, or the
+/// server restarts), whatever becomes of the transaction: for a hand-over
+/// whose record is written outside transactions (Citus). Returns the state
+/// it held.
+pub fn retire_for_good(shard: Shard) -> u64 {
+    shared::state().or_raise().shards[shard.index()].last.swap(RETIRED, Ordering::AcqRel)
+}
+
+/// An ID of `shard` above every ID this server handed out for it, given the
+/// state its generator held when it was retired.
+pub fn high_water(shard: Shard, prev: u64) -> i64 {
+    // Once the persisted mark is loaded, the generator's state is at or
+    // above every value handed out, before the last restart too.
+    let reservation = DbReservation::loaded(settings::configured_epoch_ms());
+    if prev == RETIRED {
+        // Retired before (a release still in progress, or an earlier one):
+        // the reservation covers every value.
+        let ms = reservation.reserved_until_ms() - settings::configured_epoch_ms();
+        layout::compose(Parts { ms, shard: shard.index() as i32, seq: MAX_SEQ }).or_raise()
+    } else {
+        // One tick past the last value.
+        layout::from_tick(prev + 1, shard)
+    }
+}
+
+/// Never mints `shard` at or below `after` (one of its IDs) from now on,
+/// across restarts too: raises its generator (reviving a retired one) and
+/// the database's reservation.
+pub fn raise_above(shard: Shard, after: i64) {
+    let parts = layout::decompose(after).or_raise();
+    let reservation = DbReservation::loaded(settings::configured_epoch_ms());
+    let after_tick = ((parts.ms as u64) << SEQ_BITS) | parts.seq as u64;
+    let slot = &shared::state().or_raise().shards[shard.index()];
+    let _ = slot.last.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+        Some(if cur == RETIRED { after_tick } else { cur.max(after_tick) })
+    });
+    // After a restart, the recovered mark starts every generator above `after`.
+    if !reservation.covers(parts.ms) {
+        reservation.extend(parts.ms).or_raise();
+    }
 }
 
 fn restore(entry: &(pg_sys::SubTransactionId, usize, u64)) {

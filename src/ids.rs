@@ -25,6 +25,13 @@ fn now_tick(epoch_ms: i64) -> Result<u64, CoreError> {
 /// Mints the next ID of a shard, for SQL function `function`.
 #[inline]
 pub fn mint(shard: Shard, function: &'static str) -> i64 {
+    try_mint(shard, function).or_raise()
+}
+
+/// Mints the next ID of a shard, or says why the generator would not (a
+/// shard released, a clock behind); other errors are raised.
+#[inline]
+pub fn try_mint(shard: Shard, function: &'static str) -> Result<i64, CoreError> {
     let slot = &shared::state().or_raise().shards[shard.index()];
     mark::check_writable(function);
     fleet::check(shard).or_raise();
@@ -38,10 +45,9 @@ pub fn mint(shard: Shard, function: &'static str) -> i64 {
             }
             CoreError::ShardReleased(None) => CoreError::ShardReleased(Some(shard.index() as i32)),
             e => e,
-        })
-        .or_raise();
+        })?;
     slot.record(&minted, ID_TICKS, settings::track_status());
-    layout::from_tick(minted.tick, shard)
+    Ok(layout::from_tick(minted.tick, shard))
 }
 
 fn ms_of(ts: TimestampWithTimeZone) -> i64 {
@@ -56,10 +62,7 @@ fn parts_of(id: i64) -> Parts {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_shard_id(shard: i32) -> i64 {
     let shard = Shard::new(shard).or_raise();
-    if let Some(id) = citus::mint_elsewhere(Call::Shard(shard), "next_shard_id") {
-        return id;
-    }
-    mint(shard, "next_shard_id")
+    citus::mint(Call::Shard(shard), "next_shard_id", |s| try_mint(s, "next_shard_id")).unwrap_or_else(|| mint(shard, "next_shard_id"))
 }
 
 /// The time an ID was minted (to the millisecond).

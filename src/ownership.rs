@@ -13,10 +13,9 @@
 
 use pgrx::prelude::*;
 
-use crate::core::generator::{Reservation, RETIRED};
-use crate::core::layout::{self, Parts, Shard, MAX_SEQ};
+use crate::core::layout::{self, Shard};
 use crate::errors::{IdError, OrRaise};
-use crate::mark::{self, DbReservation};
+use crate::mark;
 use crate::{catalog, clock, fleet, settings};
 
 extension_sql_file!("../sql/ownership.sql", name = "ownership", requires = [fleet::pg_idgen_ownership_changed]);
@@ -134,20 +133,9 @@ fn shard_release(shard: i32) -> i64 {
         &[first.into(), last.into(), s.into()],
     );
 
-    // Once the persisted mark is loaded, the generator's state is at or above
-    // every value handed out, before the last restart too. Retiring it stops
-    // minting at once, also in statements under way in other backends; the
-    // state it held is the last value handed out.
-    let reservation = DbReservation::loaded(settings::configured_epoch_ms());
-    let prev = fleet::retire(shard);
-    let high_water = if prev == RETIRED {
-        // Retired by a release still in progress: fall back to the reservation, which covers every value.
-        let ms = reservation.reserved_until_ms() - settings::configured_epoch_ms();
-        layout::compose(Parts { ms, shard: s, seq: MAX_SEQ }).or_raise()
-    } else {
-        // One tick past the last value: above every ID handed out.
-        layout::from_tick(prev + 1, shard)
-    };
+    // Retiring the generator stops minting at once, also in statements under
+    // way in other backends; undone if this transaction rolls back.
+    let high_water = fleet::high_water(shard, fleet::retire(shard));
     catalog::run(
         &format!(
             "INSERT INTO {} (shard, high_water) VALUES ($1, $2)
@@ -170,7 +158,7 @@ fn shard_adopt(shard: i32, after: i64) {
         IdError::ForeignId { id: after, id_shard: parts.shard, shard: shard.index() as i32 }.raise()
     }
     mark::check_writable("shard_adopt");
-    let state = crate::shared::state().or_raise();
+    crate::shared::state().or_raise();
     // An `after` beyond the lead bound would stop the shard (after a restart,
     // every generator) until the clock caught up: refuse it.
     let epoch = settings::configured_epoch_ms();
@@ -197,16 +185,7 @@ fn shard_adopt(shard: i32, after: i64) {
     catalog::run(&format!("DELETE FROM {} WHERE shard = $1", table("shard_releases")), &[parts.shard.into()]);
     set_claims_only(true);
 
-    let reservation = DbReservation::loaded(settings::configured_epoch_ms());
-    let after_tick = ((parts.ms as u64) << layout::SEQ_BITS) | parts.seq as u64;
-    let slot = &state.shards[shard.index()];
-    let _ = slot.last.fetch_update(std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire, |cur| {
-        Some(if cur == RETIRED { after_tick } else { cur.max(after_tick) })
-    });
-    // After a restart, the recovered mark starts every generator above `after`.
-    if !reservation.covers(parts.ms) {
-        reservation.extend(parts.ms).or_raise();
-    }
+    fleet::raise_above(shard, after);
 }
 
 /// Makes the server mint for every shard again, as before its first claim.

@@ -97,7 +97,8 @@ fn shard_of(name: &str) -> Shard {
 /// The next ID for the logical shard registered for a schema.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_schema_id(schema_name: &str) -> i64 {
-    if let Some(id) = citus::mint_elsewhere(Call::Schema(schema_name), "next_schema_id") {
+    let resolve = || shard_of(schema_name);
+    if let Some(id) = citus::mint(Call::Schema(schema_name, &resolve), "next_schema_id", |s| ids::try_mint(s, "next_schema_id")) {
         return id;
     }
     crate::shared::state().or_raise();

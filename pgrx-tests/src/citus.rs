@@ -5,6 +5,7 @@
 //! that finds it missing fails saying so (scripts/test filters the Citus
 //! tests out, and counts them as skipped, before that can happen).
 
+use crate::postgres::{self, Client};
 use crate::{pg_config, Server, PORT};
 
 /// Why Citus cannot be used with the installation under test, if it cannot.
@@ -99,3 +100,60 @@ fn node(name: &str, conf: &[String]) -> Server {
     c.batch_execute("CREATE EXTENSION citus").unwrap();
     server
 }
+
+/// A failed statement's SQLSTATE and message.
+pub fn failure(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+/// Per inserting client: the IDs acknowledged, the statements that failed.
+pub type PerClient = Vec<(Vec<i64>, Vec<String>)>;
+
+/// Runs `op` while each of `clients` inserts one row at a time with
+/// `insert` (given the client's number and the row's, returning the
+/// ID), at most 3,000 rows each. Once `op` returned, a client stops after
+/// more than `after` further attempts, with at least `total` IDs in all.
+/// Returns what `op` returned and, per client, the IDs acknowledged and
+/// the statements that failed.
+pub fn while_inserting<T>(
+    clients: Vec<Client>,
+    after: usize,
+    total: usize,
+    insert: impl Fn(usize, i32, &mut Client) -> Result<i64, postgres::Error> + Sync,
+    op: impl FnOnce() -> T,
+) -> (T, PerClient) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let inserters: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                let (stop, insert) = (&stop, &insert);
+                s.spawn(move || {
+                    let (mut ids, mut failed, mut since) = (vec![], vec![], 0);
+                    for n in 0..3000 {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            since += 1;
+                            if since > after && ids.len() >= total {
+                                break;
+                            }
+                        }
+                        match insert(i, n, &mut c) {
+                            Ok(id) => ids.push(id),
+                            Err(e) => failed.push(failure(&e)),
+                        }
+                    }
+                    (ids, failed)
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let result = op();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (result, inserters.into_iter().map(|h| h.join().unwrap()).collect())
+    })
+}
+

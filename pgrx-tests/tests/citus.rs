@@ -11,7 +11,7 @@ mod citus {
     use std::collections::HashSet;
     use std::io::Write;
 
-    use pg_idgen_e2e::citus::{node_name, Cluster};
+    use pg_idgen_e2e::citus::{failure, node_name, while_inserting, Cluster, PerClient};
     use pg_idgen_e2e::postgres::Client;
     use pg_idgen_e2e::{decode, pg_config, sqlstate, Server, PORT};
 
@@ -34,14 +34,6 @@ mod citus {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         })
-    }
-
-    /// A failed statement's SQLSTATE and message.
-    fn failure(e: &pg_idgen_e2e::postgres::Error) -> String {
-        match e.as_db_error() {
-            Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => e.to_string(),
-        }
     }
 
     /// (rows, distinct ids) of a table.
@@ -329,54 +321,6 @@ mod citus {
                 .get(0);
             assert_eq!(&stored, ids, "node {i}: the stored rows are not the acknowledged ones");
         }
-    }
-
-    /// Per inserting client: the IDs acknowledged, the statements that failed.
-    type PerClient = Vec<(Vec<i64>, Vec<String>)>;
-
-    /// Runs `op` while each of `clients` inserts one row at a time with
-    /// `insert` (given the client's number and the row's, returning the
-    /// ID), at most 3,000 rows each. Once `op` returned, a client stops after
-    /// more than `after` further attempts, with at least `total` IDs in all.
-    /// Returns what `op` returned and, per client, the IDs acknowledged and
-    /// the statements that failed.
-    fn while_inserting<T>(
-        clients: Vec<Client>,
-        after: usize,
-        total: usize,
-        insert: impl Fn(usize, i32, &mut Client) -> Result<i64, pg_idgen_e2e::postgres::Error> + Sync,
-        op: impl FnOnce() -> T,
-    ) -> (T, PerClient) {
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let inserters: Vec<_> = clients
-                .into_iter()
-                .enumerate()
-                .map(|(i, mut c)| {
-                    let (stop, insert) = (&stop, &insert);
-                    s.spawn(move || {
-                        let (mut ids, mut failed, mut since) = (vec![], vec![], 0);
-                        for n in 0..3000 {
-                            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                                since += 1;
-                                if since > after && ids.len() >= total {
-                                    break;
-                                }
-                            }
-                            match insert(i, n, &mut c) {
-                                Ok(id) => ids.push(id),
-                                Err(e) => failed.push(failure(&e)),
-                            }
-                        }
-                        (ids, failed)
-                    })
-                })
-                .collect();
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            let result = op();
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            (result, inserters.into_iter().map(|h| h.join().unwrap()).collect())
-        })
     }
 
     /// While one session on each of `nodes` inserts rows of table `events`

@@ -1,0 +1,194 @@
+//! pg_idgen on a Citus cluster: the node holding a distributed schema's
+//! data mints its shard. It goes on with the coordinator stopped (also
+//! after it restarts), hands the shard over when the schema moves, with the
+//! old holder's clock 30 s ahead of the new one's, and a holder that crashes
+//! and comes back with its clock behind repeats nothing. Needs Citus
+//! (scripts/citus); scripts/test filters these tests out, and counts them as
+//! skipped, where it is missing.
+
+mod citus {
+    use std::collections::HashSet;
+
+    use pg_idgen_e2e::citus::{failure, node_name, while_inserting, Cluster};
+    use pg_idgen_e2e::postgres::Client;
+    use pg_idgen_e2e::{decode, sqlstate, Server, PORT};
+
+    /// A lead bound past the clocks' distance (30 s): the new holder of a
+    /// shard mints above the old one's IDs without waiting for its clock.
+    const LEAD: &str = "pg_idgen.max_clock_lead_ms = '1h'";
+
+    /// A cluster with distributed schema `tenant1` registered as shard 101,
+    /// its table `tenant1.photos` on the first worker, insertable by role `app`.
+    fn cluster_with_tenant(name: &str, workers: usize) -> Cluster {
+        let cluster = Cluster::start(name, workers, &[LEAD]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE ROLE app LOGIN;
+             SET citus.enable_schema_based_sharding = on;
+             SELECT shard_schema_create('tenant1', 101);
+             GRANT USAGE ON SCHEMA tenant1 TO app;
+             CREATE TABLE tenant1.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('tenant1'), by_node int, body text);
+             GRANT INSERT, SELECT ON tenant1.photos TO app;",
+        )
+        .unwrap();
+        let first = node_name(&cluster.workers[0]);
+        if holder(&mut c) != first {
+            c.execute("SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')", &[&first, &(PORT as i32)])
+                .unwrap();
+        }
+        assert_eq!(holder(&mut c), first);
+        cluster
+    }
+
+    /// The node holding tenant1's data.
+    fn holder(c: &mut Client) -> String {
+        c.query_one("SELECT nodename FROM citus_shards WHERE table_name = 'tenant1.photos'::regclass", &[]).unwrap().get(0)
+    }
+
+    fn insert(c: &mut Client, by: i32, body: &str) -> Result<i64, pg_idgen_e2e::postgres::Error> {
+        c.query_one("INSERT INTO tenant1.photos (by_node, body) VALUES ($1, $2) RETURNING id", &[&by, &body]).map(|r| r.get(0))
+    }
+
+    /// Calls of pg_idgen's functions that sessions of other nodes made here
+    /// (log_statement = 'all' logs each with the session's application_name).
+    fn forwarded_calls(server: &Server) -> usize {
+        server.log().lines().filter(|l| l.contains("pg_idgen forwarding") && l.contains("next_s")).count()
+    }
+
+    /// The holder mints with no round trip: 500 inserts through it send no
+    /// call to the coordinator. With the coordinator stopped, inserts
+    /// through the holder and through the other worker go on, above every
+    /// ID before, also once the holder restarted; `next_shard_id` of a shard
+    /// no schema holds refuses with 08001 naming the coordinator.
+    #[test]
+    fn the_holder_mints_its_schema_with_no_round_trip_and_with_the_coordinator_stopped() {
+        let mut cluster = cluster_with_tenant("citus_holder", 2);
+        cluster.coordinator.append_conf("log_statement = 'all'\nlog_line_prefix = '%a: '");
+        cluster.coordinator.client().batch_execute("SELECT pg_reload_conf()").unwrap();
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        let first = insert(&mut a, 1, "first").unwrap();
+        let before = forwarded_calls(&cluster.coordinator);
+        let mut ids = vec![first];
+        for _ in 0..500 {
+            ids.push(insert(&mut a, 1, "holder").unwrap());
+        }
+        assert_eq!(forwarded_calls(&cluster.coordinator), before, "inserts through the holder called the coordinator");
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        ids.push(insert(&mut b, 2, "other").unwrap());
+        let before_stop = *ids.iter().max().unwrap();
+
+        cluster.coordinator.stop("fast");
+        let mut after = vec![];
+        for i in 0..200 {
+            after.push(insert(&mut a, 1, "down").unwrap_or_else(|e| panic!("insert {i} through the holder: {}", failure(&e))));
+            after.push(insert(&mut b, 2, "down").unwrap_or_else(|e| panic!("insert {i} through the other worker: {}", failure(&e))));
+        }
+        let e = b.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.message().starts_with("next_shard_id cannot reach the Citus coordinator at "), "{}", db.message());
+        assert_eq!(sqlstate(b.query_one("SELECT uuid_v7()", &[])), "ok");
+
+        // The holder restarts, with its clock a minute behind: it still knows it took the shard.
+        drop(a);
+        cluster.workers[0].set_clock("-60s");
+        cluster.workers[0].restart();
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        for _ in 0..100 {
+            after.push(insert(&mut a, 1, "restarted").unwrap_or_else(|e| panic!("after the restart: {}", failure(&e))));
+        }
+        assert!(after.iter().all(|id| *id > before_stop), "an ID minted with the coordinator down is below one minted before");
+        assert!(after.iter().all(|id| decode(*id).1 == 101));
+        let all: HashSet<i64> = ids.iter().chain(after.iter()).copied().collect();
+        assert_eq!(all.len(), ids.len() + after.len(), "duplicate IDs");
+        let stored: i64 = a.query_one("SELECT count(DISTINCT id) FROM tenant1.photos", &[]).unwrap().get(0);
+        assert_eq!(stored as usize, all.len());
+    }
+
+    /// The schema moves from the first worker, whose clock runs 30 s ahead,
+    /// to the second, while every node inserts: no ID repeats, no insert
+    /// fails, each client's IDs rise (so the new holder's first ID is above
+    /// the old holder's last). Then, with the old holder stopped, inserts
+    /// through the new holder and the coordinator go on: nothing asks it.
+    #[test]
+    fn a_schema_moving_to_a_node_30s_behind_is_handed_over_above_the_old_holders_ids() {
+        let mut cluster = cluster_with_tenant("citus_handover", 2);
+        cluster.workers[0].set_clock("+30s");
+        cluster.workers[0].restart();
+        let mut c = cluster.coordinator.client();
+        let target = node_name(&cluster.workers[1]);
+        let nodes = cluster.nodes();
+        let clients: Vec<Client> = nodes.iter().map(|n| n.client_as("postgres", "app")).collect();
+        // Each client goes on for 100 inserts after the move, so the new holder
+        // takes the shard over while every node inserts.
+        let (moved, per_node) = while_inserting(clients, 100, 300, |i, _, a| insert(a, i as i32, "y"), || {
+            cluster.coordinator.client().execute(
+                "SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')",
+                &[&target, &(PORT as i32)],
+            )
+        });
+        moved.unwrap();
+        assert_eq!(holder(&mut c), target, "the schema did not move");
+        let mut all = HashSet::new();
+        let mut total = 0;
+        for (i, (ids, failed)) in per_node.iter().enumerate() {
+            assert!(failed.is_empty(), "node {i}: failed inserts: {failed:?}");
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "node {i}: an ID below an earlier one of shard 101");
+            total += ids.len();
+            all.extend(ids.iter().copied());
+        }
+        assert_eq!(all.len(), total, "duplicate IDs");
+        let last = *all.iter().max().unwrap();
+        // The old holder's IDs ran 30 s ahead: the new holder's stay above them.
+        drop(nodes);
+        cluster.workers[0].stop("fast");
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let mut c_app = cluster.coordinator.client_as("postgres", "app");
+        for i in 0..100 {
+            let x = insert(&mut b, 1, "z").unwrap_or_else(|e| panic!("insert {i} through the new holder: {}", failure(&e)));
+            let y = insert(&mut c_app, 0, "z").unwrap_or_else(|e| panic!("insert {i} through the coordinator: {}", failure(&e)));
+            assert!(x > last && y > last, "an ID of the new holder below the old holder's last");
+            assert!(all.insert(x) && all.insert(y), "duplicate IDs");
+        }
+        let stored: Vec<i64> = c.query_one("SELECT array_agg(id ORDER BY id) FROM tenant1.photos WHERE body IN ('y', 'z')", &[]).unwrap().get(0);
+        let mut acknowledged: Vec<i64> = all.into_iter().collect();
+        acknowledged.sort();
+        assert_eq!(stored, acknowledged, "the stored rows are not the acknowledged ones");
+    }
+
+    /// The holder crashes (immediate stop) while the other nodes insert, and
+    /// comes back with its clock 30 s behind: inserts fail only while it is
+    /// down (its data is unavailable then), and no ID after is at or below
+    /// one before.
+    #[test]
+    fn a_holder_crashing_and_coming_back_behind_repeats_nothing() {
+        let mut cluster = cluster_with_tenant("citus_crash", 2);
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let mut c_app = cluster.coordinator.client_as("postgres", "app");
+        let mut before = vec![];
+        for _ in 0..300 {
+            before.push(insert(&mut b, 2, "before").unwrap());
+            before.push(insert(&mut c_app, 0, "before").unwrap());
+        }
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        for _ in 0..300 {
+            before.push(insert(&mut a, 1, "before").unwrap());
+        }
+        drop(a);
+        cluster.workers[0].stop("immediate");
+        assert_eq!(sqlstate(insert(&mut b, 2, "down")).len(), 5, "an insert succeeded with the holder down");
+        cluster.workers[0].set_clock("-30s");
+        cluster.workers[0].start_process();
+        let top = *before.iter().max().unwrap();
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let mut after = vec![];
+        for _ in 0..300 {
+            after.push(insert(&mut a, 1, "after").unwrap());
+            after.push(insert(&mut b, 2, "after").unwrap());
+        }
+        assert!(after.iter().all(|id| *id > top), "an ID after the crash is not above every ID before it");
+        let all: HashSet<i64> = before.iter().chain(after.iter()).copied().collect();
+        assert_eq!(all.len(), before.len() + after.len(), "duplicate IDs");
+    }
+}

@@ -1,0 +1,172 @@
+//! What Citus's metadata says: whether this database is a node of a Citus
+//! cluster (and which), where its coordinator is, and which node holds
+//! each distributed schema's data. Read under a snapshot taken now (a
+//! session must see a move or a join committed after it began), cached per
+//! backend until the next invalidation.
+
+use std::collections::HashMap;
+
+use pgrx::prelude::*;
+
+use super::libpq::Addr;
+use crate::backend::BackendLocal;
+use crate::catalog;
+use crate::errors::IdError;
+
+/// This database's place in a Citus cluster.
+#[derive(Clone)]
+pub struct Place {
+    /// Its node group: 0 for the coordinator.
+    pub group: i32,
+    /// The coordinator, on a worker.
+    pub coordinator: Option<Addr>,
+}
+
+/// Where a distributed schema's data is: the node group holding its
+/// placement, that node's address, and the schema's OID here.
+#[derive(Clone)]
+pub struct Holder {
+    pub group: i32,
+    pub addr: Addr,
+    pub schema: pg_sys::Oid,
+}
+
+struct Cached {
+    generation: u64,
+    place: Option<Place>,
+    holders: HashMap<String, Option<Holder>>,
+    /// The last name looked up (a table's DEFAULT asks for the same one row after row).
+    last: Option<(String, Option<Holder>)>,
+}
+
+static CACHE: BackendLocal<Option<Cached>> = BackendLocal::new(None);
+
+/// Runs `f` on the cache, emptied first if anything was invalidated since it was filled.
+fn cached<T>(f: impl FnOnce(&mut Cached) -> T) -> T {
+    let generation = catalog::generation();
+    let mut c = CACHE.borrow_mut();
+    if c.as_ref().is_none_or(|c| c.generation != generation) {
+        // Filled at the generation seen before reading: an invalidation that
+        // arrives meanwhile makes it stale again.
+        *c = Some(Cached { generation, place: look_up_place(), holders: HashMap::new(), last: None });
+    }
+    f(c.as_mut().expect("filled above"))
+}
+
+/// This database's place in a Citus cluster; None when it has no citus extension.
+pub fn place() -> Option<Place> {
+    cached(|c| c.place.clone())
+}
+
+/// Forgets what was read, so that the next lookup reads the metadata again
+/// (after a hand-over showed it stale).
+pub fn forget() {
+    catalog::accept_invalidations();
+    *CACHE.borrow_mut() = None;
+}
+
+fn look_up_place() -> Option<Place> {
+    if !catalog::extension_installed(c"citus") {
+        return None;
+    }
+    let rows = catalog::query_text_rows_now(
+        c"SELECT l.groupid::text, n.nodename::text, n.nodeport::text
+            FROM pg_catalog.pg_dist_local_group l
+            LEFT JOIN pg_catalog.pg_dist_node n ON n.groupid = 0 AND n.noderole = 'primary'",
+        &[],
+    );
+    let row = rows.into_iter().next()?;
+    let group: i32 = row[0].as_deref()?.parse().ok()?;
+    if group == 0 {
+        return Some(Place { group, coordinator: None });
+    }
+    match (&row[1], &row[2]) {
+        (Some(host), Some(port)) => Some(Place { group, coordinator: Some(Addr { host: host.clone(), port: port.parse().unwrap_or_default() }) }),
+        _ => IdError::CitusNoCoordinator.raise(),
+    }
+}
+
+/// Where the data of schema `name` is, if it is a distributed schema with
+/// tables (a schema without any has no placement).
+pub fn holder(name: &str) -> Option<Holder> {
+    cached(|c| {
+        if let Some((last, holder)) = &c.last {
+            if last == name {
+                return holder.clone();
+            }
+        }
+        let holder = match c.holders.get(name) {
+            Some(h) => h.clone(),
+            None => {
+                let h = look_up_holder(name);
+                c.holders.insert(name.to_owned(), h.clone());
+                h
+            }
+        };
+        c.last = Some((name.to_owned(), holder.clone()));
+        holder
+    })
+}
+
+/// The same, read now, past any cache.
+pub fn look_up_holder(name: &str) -> Option<Holder> {
+    // The newest placement of any table colocated with the schema (during a
+    // move both may be listed for a moment, within Citus's transaction).
+    let rows = catalog::query_text_rows_now(
+        c"SELECT p.groupid::text, d.nodename::text, d.nodeport::text, n.oid::text
+            FROM pg_catalog.pg_namespace n
+            JOIN pg_catalog.pg_dist_schema s ON s.schemaid = n.oid
+            JOIN LATERAL (SELECT pl.groupid FROM pg_catalog.pg_dist_partition dp
+                            JOIN pg_catalog.pg_dist_shard sh ON sh.logicalrelid = dp.logicalrelid
+                            JOIN pg_catalog.pg_dist_placement pl ON pl.shardid = sh.shardid
+                           WHERE dp.colocationid = s.colocationid
+                           ORDER BY pl.placementid DESC LIMIT 1) p ON true
+            JOIN pg_catalog.pg_dist_node d ON d.groupid = p.groupid AND d.noderole = 'primary'
+           WHERE n.nspname = $1::pg_catalog.name",
+        &[name],
+    );
+    let row = rows.into_iter().next()?;
+    match &row[..] {
+        [Some(group), Some(host), Some(port), Some(oid)] => Some(Holder {
+            group: group.parse().ok()?,
+            addr: Addr { host: host.clone(), port: port.parse().ok()? },
+            schema: pg_sys::Oid::from(oid.parse::<u32>().ok()?),
+        }),
+        _ => None,
+    }
+}
+
+/// The schema registered (in this database's registry) for a logical
+/// shard, on the coordinator, where the registry is kept.
+pub fn registered_schema(shard: i32) -> Option<String> {
+    static REGISTERED: BackendLocal<Option<(u64, HashMap<i32, Option<String>>)>> = BackendLocal::new(None);
+    let generation = catalog::generation();
+    let mut r = REGISTERED.borrow_mut();
+    if r.as_ref().is_none_or(|(g, _)| *g != generation) {
+        *r = Some((generation, HashMap::new()));
+    }
+    let (_, map) = r.as_mut().expect("filled above");
+    map.entry(shard).or_insert_with(|| registry_row("r.shard::pg_catalog.text", &shard.to_string()).map(|(name, _)| name)).clone()
+}
+
+/// The shard registered for schema `name` (read now), on the coordinator.
+pub fn registered_shard(name: &str) -> Option<i32> {
+    registry_row("r.schema_name::pg_catalog.text", name).map(|(_, shard)| shard)
+}
+
+/// The registry row of a live schema whose `column` (as text) is `value`: (name, shard).
+fn registry_row(column: &str, value: &str) -> Option<(String, i32)> {
+    catalog::relation(c"shard_schema_registry")?;
+    let sql = format!(
+        "SELECT r.schema_name::text, r.shard::text FROM {} r
+           JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.schema_name
+          WHERE {column} OPERATOR(pg_catalog.=) $1",
+        catalog::qualified("shard_schema_registry")
+    );
+    let sql = std::ffi::CString::new(sql).unwrap_or_default();
+    let row = catalog::query_text_rows_now(&sql, &[value]).into_iter().next()?;
+    match &row[..] {
+        [Some(name), Some(shard)] => Some((name.clone(), shard.parse().ok()?)),
+        _ => None,
+    }
+}
