@@ -278,7 +278,13 @@ impl Server {
     pub fn start_process(&mut self) {
         let out = self.pg_ctl(&["start"]);
         if !out.status.success() {
-            panic!("server did not start:\n{}", self.log());
+            panic!(
+                "server did not start ({}): pg_ctl said:\n{}{}\nserver log:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.log()
+            );
         }
         self.running = true;
     }
