@@ -1,8 +1,9 @@
 //! pg_idgen on a Citus cluster: the node holding a distributed schema's
 //! data mints its shard. It goes on with the coordinator stopped (also
 //! after it restarts), hands the shard over when the schema moves, with the
-//! old holder's clock 30 s ahead of the new one's, and a holder that crashes
-//! and comes back with its clock behind repeats nothing. Needs Citus
+//! old holder's clock 30 s ahead of the new one's, a holder that crashes
+//! and comes back with its clock behind repeats nothing, and a drained holder
+//! whose shards the coordinator handed over can be removed. Needs Citus
 //! (scripts/citus); scripts/test filters these tests out, and counts them as
 //! skipped, where it is missing.
 
@@ -58,8 +59,9 @@ mod citus {
     /// The holder mints with no round trip: 500 inserts through it send no
     /// call to the coordinator. With the coordinator stopped, inserts
     /// through the holder and through the other worker go on, above every
-    /// ID before, also once the holder restarted; `next_shard_id` of a shard
-    /// no schema holds refuses with 08001 naming the coordinator.
+    /// ID before, also once the holder restarted, and `next_shard_id` of the
+    /// schema's shard on the holder; `next_shard_id` of a shard no schema
+    /// holds refuses with 08001 naming the coordinator.
     #[test]
     fn the_holder_mints_its_schema_with_no_round_trip_and_with_the_coordinator_stopped() {
         let mut cluster = cluster_with_tenant("citus_holder", 2);
@@ -83,6 +85,8 @@ mod citus {
             after.push(insert(&mut a, 1, "down").unwrap_or_else(|e| panic!("insert {i} through the holder: {}", failure(&e))));
             after.push(insert(&mut b, 2, "down").unwrap_or_else(|e| panic!("insert {i} through the other worker: {}", failure(&e))));
         }
+        // The holder mints the schema's shard for next_shard_id too.
+        after.push(a.query_one("SELECT next_shard_id(101)", &[]).unwrap_or_else(|e| panic!("next_shard_id(101) on the holder: {}", failure(&e))).get(0));
         let e = b.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
         let db = e.as_db_error().unwrap();
         assert_eq!(db.code().code(), "08001", "{}", db.message());
@@ -188,6 +192,40 @@ mod citus {
             after.push(insert(&mut b, 2, "after").unwrap());
         }
         assert!(after.iter().all(|id| *id > top), "an ID after the crash is not above every ID before it");
+        let all: HashSet<i64> = before.iter().chain(after.iter()).copied().collect();
+        assert_eq!(all.len(), before.len() + after.len(), "duplicate IDs");
+    }
+
+    /// The documented way to remove a node that held schemas: drain it, have
+    /// the coordinator hand every registered schema's shard over
+    /// (`citus_shard_take` for each), remove and stop it. The new holder and
+    /// the coordinator then mint without it, above every ID it minted.
+    #[test]
+    fn a_drained_holder_handed_over_by_the_coordinator_can_be_removed() {
+        let mut cluster = cluster_with_tenant("citus_drain", 2);
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        let mut before = vec![];
+        for _ in 0..300 {
+            before.push(insert(&mut a, 1, "before").unwrap());
+        }
+        drop(a);
+        let gone = node_name(&cluster.workers[0]);
+        let mut c = cluster.coordinator.client();
+        c.execute("SELECT citus_drain_node($1, $2, shard_transfer_mode => 'force_logical')", &[&gone, &(PORT as i32)]).unwrap();
+        assert_eq!(holder(&mut c), node_name(&cluster.workers[1]), "the drain did not move the schema");
+        let taken: i64 = c.query_one("SELECT count(*) FROM shard_schemas, citus_shard_take(schema_name)", &[]).unwrap().get(0);
+        assert_eq!(taken, 1);
+        c.execute("SELECT citus_remove_node($1, $2)", &[&gone, &(PORT as i32)]).unwrap();
+        cluster.workers[0].stop("fast");
+        let top = *before.iter().max().unwrap();
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let mut c_app = cluster.coordinator.client_as("postgres", "app");
+        let mut after = vec![];
+        for i in 0..100 {
+            after.push(insert(&mut b, 2, "after").unwrap_or_else(|e| panic!("insert {i} through the new holder: {}", failure(&e))));
+            after.push(insert(&mut c_app, 0, "after").unwrap_or_else(|e| panic!("insert {i} through the coordinator: {}", failure(&e))));
+        }
+        assert!(after.iter().all(|id| *id > top), "an ID of the new holder is not above the removed holder's");
         let all: HashSet<i64> = before.iter().chain(after.iter()).copied().collect();
         assert_eq!(all.len(), before.len() + after.len(), "duplicate IDs");
     }

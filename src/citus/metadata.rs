@@ -5,6 +5,7 @@
 //! backend until the next invalidation.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use pgrx::prelude::*;
 
@@ -33,10 +34,10 @@ pub struct Holder {
 
 struct Cached {
     generation: u64,
-    place: Option<Place>,
-    holders: HashMap<String, Option<Holder>>,
+    place: Option<Rc<Place>>,
+    holders: HashMap<String, Option<Rc<Holder>>>,
     /// The last name looked up (a table's DEFAULT asks for the same one row after row).
-    last: Option<(String, Option<Holder>)>,
+    last: Option<(String, Option<Rc<Holder>>)>,
 }
 
 static CACHE: BackendLocal<Option<Cached>> = BackendLocal::new(None);
@@ -48,13 +49,13 @@ fn cached<T>(f: impl FnOnce(&mut Cached) -> T) -> T {
     if c.as_ref().is_none_or(|c| c.generation != generation) {
         // Filled at the generation seen before reading: an invalidation that
         // arrives meanwhile makes it stale again.
-        *c = Some(Cached { generation, place: look_up_place(), holders: HashMap::new(), last: None });
+        *c = Some(Cached { generation, place: look_up_place().map(Rc::new), holders: HashMap::new(), last: None });
     }
     f(c.as_mut().expect("filled above"))
 }
 
 /// This database's place in a Citus cluster; None when it has no citus extension.
-pub fn place() -> Option<Place> {
+pub fn place() -> Option<Rc<Place>> {
     cached(|c| c.place.clone())
 }
 
@@ -87,8 +88,9 @@ fn look_up_place() -> Option<Place> {
 }
 
 /// Where the data of schema `name` is, if it is a distributed schema with
-/// tables (a schema without any has no placement).
-pub fn holder(name: &str) -> Option<Holder> {
+/// tables (a schema without any has no placement). Shared, not copied:
+/// minting asks row after row.
+pub fn holder(name: &str) -> Option<Rc<Holder>> {
     cached(|c| {
         if let Some((last, holder)) = &c.last {
             if last == name {
@@ -98,7 +100,7 @@ pub fn holder(name: &str) -> Option<Holder> {
         let holder = match c.holders.get(name) {
             Some(h) => h.clone(),
             None => {
-                let h = look_up_holder(name);
+                let h = look_up_holder(name).map(Rc::new);
                 c.holders.insert(name.to_owned(), h.clone());
                 h
             }

@@ -23,6 +23,7 @@
 //! Without Citus in `shared_preload_libraries` nothing here runs; with it,
 //! a database without the citus extension mints as a single server does.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -179,16 +180,16 @@ enum Route {
 /// On the coordinator: a schema's shard where its data is, every other
 /// shard here, after taking back a shard a worker took before.
 fn on_coordinator(call: &Call<'_>, function: &'static str) -> Route {
-    let schema = match call {
-        Call::Shard(shard) => metadata::registered_schema(shard.index() as i32),
-        Call::Schema(name, _) => Some(name.to_string()),
+    let schema: Option<Cow<'_, str>> = match call {
+        Call::Shard(shard) => metadata::registered_schema(shard.index() as i32).map(Cow::Owned),
+        Call::Schema(name, _) => Some(Cow::Borrowed(*name)),
     };
-    if let Some(holder) = schema.as_deref().and_then(metadata::holder) {
-        if holder.group != 0 {
+    if let Some(schema) = schema {
+        if let Some(holder) = metadata::holder(&schema).filter(|h| h.group != 0) {
             if libpq::hop() > 1 {
-                IdError::CitusForwardedTwice { function, schema: schema.unwrap_or_default() }.raise()
+                IdError::CitusForwardedTwice { function, schema: schema.into_owned() }.raise()
             }
-            return Route::Forward(holder.addr, Key::Schema(schema.unwrap_or_default()));
+            return Route::Forward(holder.addr.clone(), Key::Schema(schema.into_owned()));
         }
     }
     let shard = match call {
@@ -203,16 +204,24 @@ fn on_coordinator(call: &Call<'_>, function: &'static str) -> Route {
 
 /// On a worker: a schema's shard here if this node holds its data (taking
 /// the shard over first, if it has not), at the node that does otherwise;
-/// every other shard at the coordinator.
+/// any other shard at the coordinator, unless this node took it over for a
+/// schema whose data it still holds.
 fn on_worker(call: &Call<'_>, place: &metadata::Place, function: &'static str) -> Route {
-    let coordinator = place.coordinator.clone().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
+    let coordinator = || place.coordinator.clone().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
     let hop = libpq::hop();
     let name = match call {
-        Call::Shard(_) => {
+        Call::Shard(shard) => {
+            // A shard this node took over for a schema whose data it still holds.
+            if let Some(e) = handover::entry(shard.index() as i32).filter(|e| e.group == place.group) {
+                let here = catalog::schema_name(pg_sys::Oid::from(e.schema)).and_then(|n| metadata::holder(&n));
+                if here.is_some_and(|h| h.group == place.group) {
+                    return Route::Here(*shard);
+                }
+            }
             if hop > 0 {
                 IdError::CitusForwardedToWorker(function).raise()
             }
-            return Route::Forward(coordinator, call.key());
+            return Route::Forward(coordinator(), call.key());
         }
         Call::Schema(name, _) => *name,
     };
@@ -220,13 +229,13 @@ fn on_worker(call: &Call<'_>, place: &metadata::Place, function: &'static str) -
         if hop > 0 {
             IdError::CitusForwardedToWorker(function).raise()
         }
-        return Route::Forward(coordinator, call.key());
+        return Route::Forward(coordinator(), call.key());
     };
     if holder.group != place.group {
         if hop > 1 {
             IdError::CitusForwardedTwice { function, schema: name.into() }.raise()
         }
-        return Route::Forward(holder.addr, call.key());
+        return Route::Forward(holder.addr.clone(), call.key());
     }
     if let Some(e) = handover::entry_for_schema(holder.schema) {
         return Route::Here(Shard::new(e.shard).or_raise());
@@ -237,7 +246,7 @@ fn on_worker(call: &Call<'_>, place: &metadata::Place, function: &'static str) -
         catalog::qualified("citus_shard_take")
     );
     let what = || "the Citus coordinator".to_string();
-    let rows = libpq::call(&coordinator, &Request::Sql { sql, params: vec![name.to_string()] }, function, &what);
+    let rows = libpq::call(&coordinator(), &Request::Sql { sql, params: vec![name.to_string()] }, function, &what);
     let parsed = rows.first().and_then(|r| match &r[..] {
         [Some(s), Some(a), Some(g)] => Some((s.parse::<i32>().ok()?, a.parse::<i64>().ok()?, g.parse::<i32>().ok()?)),
         _ => None,
