@@ -75,6 +75,9 @@ REVOKE EXECUTE ON FUNCTION
     shard_schemas_follow_renamed()
     FROM PUBLIC;
 COMMENT ON FUNCTION citus_shard_take(text) IS
-    'pg_idgen on Citus: hands the shard of a distributed schema to the node holding its data (run on the coordinator by that node)';
-COMMENT ON FUNCTION citus_shard_release(int) IS
+    'pg_idgen on Citus: hands the shard of a distributed schema to the node holding its data (run on the coordinator, as the extension''s owner)';
+COMMENT ON FUNCTION citus_shard_release(int, bigint) IS
     'pg_idgen on Citus: stops a worker minting a shard whose schema''s data moved away, returning an ID above all it minted (run by the coordinator)';
+-- Only the extension's owner (the role pg_idgen connects as between nodes
+-- for a hand-over) runs the hand-over functions.
+REVOKE EXECUTE ON FUNCTION citus_shard_take(text), citus_shard_release(int, bigint) FROM PUBLIC;

@@ -133,6 +133,29 @@ pub fn with_latest_snapshot<T>(f: impl FnOnce() -> T) -> T {
     result
 }
 
+/// Runs `f` with the bootstrap superuser's rights, for state of the
+/// extension's that users who mint need no privileges on (nor may they
+/// change it): the mark sequence, the Citus hand-over record. Only pinned,
+/// fully qualified SQL runs inside (see above), so no object of the
+/// caller's can run with these rights.
+pub fn as_superuser<T>(f: impl FnOnce() -> T) -> T {
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: saves and switches the current user the way PostgreSQL's own
+    // maintenance code does; an error on the way is undone by the
+    // (sub)transaction abort, which restores the user saved at its start.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
+            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+        );
+    }
+    let result = f();
+    // SAFETY: restores exactly what was saved above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
+    result
+}
+
 /// Runs a statement that may write.
 pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
     pinned(|| Spi::run_with_args(sql, args).or_raise())
@@ -154,9 +177,15 @@ pub fn extension_schema() -> Option<pg_sys::Oid> {
     if seen == generation {
         return nsp;
     }
-    let nsp = scan_extension_schema();
+    let nsp = scan_extension().map(|(nsp, _)| nsp);
     CACHE.set((generation, nsp));
     nsp
+}
+
+/// The role that owns the extension in this database (the bootstrap
+/// superuser if it is not installed).
+pub fn extension_owner() -> pg_sys::Oid {
+    scan_extension().map_or(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), |(_, owner)| owner)
 }
 
 /// Whether an extension is installed in this database.
@@ -165,9 +194,9 @@ pub fn extension_installed(name: &CStr) -> bool {
     unsafe { pg_sys::get_extension_oid(name.as_ptr(), true) != pg_sys::InvalidOid }
 }
 
-/// `pg_extension.extnamespace` of pg_idgen, by an index scan (PostgreSQL 15
-/// does not export `get_extension_schema`).
-fn scan_extension_schema() -> Option<pg_sys::Oid> {
+/// `pg_extension.extnamespace` and `extowner` of pg_idgen, by an index
+/// scan (PostgreSQL 15 does not export `get_extension_schema`).
+fn scan_extension() -> Option<(pg_sys::Oid, pg_sys::Oid)> {
     // SAFETY: the scan get_extension_oid makes, reading one column of the
     // tuple it returns while the scan (and so the tuple) is still open.
     unsafe {
@@ -182,11 +211,13 @@ fn scan_extension_schema() -> Option<pg_sys::Oid> {
         );
         let scan = pg_sys::systable_beginscan(rel, pg_sys::Oid::from(pg_sys::ExtensionNameIndexId), true, std::ptr::null_mut(), 1, &mut key);
         let tuple = pg_sys::systable_getnext(scan);
-        let nsp = (!tuple.is_null())
-            .then(|| (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_extension>(tuple)).extnamespace);
+        let found = (!tuple.is_null()).then(|| {
+            let e = &*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_extension>(tuple);
+            (e.extnamespace, e.extowner)
+        });
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        nsp
+        found
     }
 }
 

@@ -99,6 +99,8 @@ pub enum IdError {
     CitusForwardedToWorker(&'static str),
     /// A schema's call forwarded twice without reaching the node holding the schema.
     CitusForwardedTwice { function: &'static str, schema: String },
+    /// A schema's data moved again while this node took its shard over.
+    CitusMovedMeanwhile { function: &'static str, schema: String },
     /// A hand-over function in a database that is no node of a Citus cluster.
     CitusNotANode(&'static str),
     /// A hand-over function that runs on workers only, called on the coordinator.
@@ -165,7 +167,7 @@ impl IdError {
             SchemaNameInvalid(_) => ERRCODE_NAME_TOO_LONG,
             SchemaNotRegistered(_) => ERRCODE_UNDEFINED_OBJECT,
             SchemaAlreadyRegistered { .. } | ShardTaken { .. } => ERRCODE_UNIQUE_VIOLATION,
-            CitusNoCoordinator | CitusWorker(_) | CitusForwardedToWorker(_) | CitusForwardedTwice { .. } => {
+            CitusNoCoordinator | CitusWorker(_) | CitusForwardedToWorker(_) | CitusForwardedTwice { .. } | CitusMovedMeanwhile { .. } => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
             CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -399,6 +401,11 @@ impl IdError {
             CitusForwardedTwice { function, schema } => (
                 format!("{function} for schema \"{schema}\" was forwarded twice without reaching the node holding the schema"),
                 Some("The nodes' metadata disagree on where the schema's data is, as for a moment while it moves.".into()),
+                Some("Retry the statement.".into()),
+            ),
+            CitusMovedMeanwhile { function, schema } => (
+                format!("the data of schema \"{schema}\" moved while {function} took its shard over here"),
+                Some("The node holding a distributed schema's data mints its shard; the data moved on before this node minted.".into()),
                 Some("Retry the statement.".into()),
             ),
             CitusNotANode(f) => (

@@ -164,29 +164,7 @@ fn database_exists(dboid: u32) -> bool {
 /// The persisted mark of the current database (Unix ms), read as the superuser.
 pub fn persisted_ms() -> i64 {
     let seq = sequence();
-    as_superuser(|| catalog::sequence_value(seq))
-}
-
-/// Runs `f` with the bootstrap superuser's rights: the sequence is the
-/// extension's, and users who mint need no privileges on it (nor may they
-/// move it). Only pinned, fully qualified SQL runs inside (see `catalog`),
-/// so no object of the caller's can run with these rights.
-fn as_superuser<T>(f: impl FnOnce() -> T) -> T {
-    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: saves and switches the current user the way PostgreSQL's own
-    // maintenance code does; an error on the way is undone by the
-    // (sub)transaction abort, which restores the user saved at its start.
-    unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
-        pg_sys::SetUserIdAndSecContext(
-            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
-            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
-        );
-    }
-    let result = f();
-    // SAFETY: restores exactly what was saved above.
-    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
-    result
+    catalog::as_superuser(|| catalog::sequence_value(seq))
 }
 
 /// Extends the current database's reservation to cover Unix millisecond `need_ms`.
@@ -196,7 +174,7 @@ fn extend(mark: &DbMark, need_ms: i64) {
     // deadlock detector, and released as soon as the mark is written.
     catalog::lock(seq, pg_sys::ShareUpdateExclusiveLock);
     if mark.reserved_ms.load(Ordering::Acquire) < need_ms {
-        as_superuser(|| write_mark(mark, seq, need_ms));
+        catalog::as_superuser(|| write_mark(mark, seq, need_ms));
     }
     catalog::unlock(seq, pg_sys::ShareUpdateExclusiveLock);
 }
@@ -386,12 +364,12 @@ fn take_restored_mark() {
     // Serialized with `extend`, and released at once (not held through the
     // rest of the commit, where others would wait behind it).
     catalog::lock(seq, pg_sys::ShareUpdateExclusiveLock);
-    let persisted = catalog::with_latest_snapshot(|| as_superuser(|| catalog::sequence_value(seq)));
+    let persisted = catalog::with_latest_snapshot(|| catalog::as_superuser(|| catalog::sequence_value(seq)));
     if Some(persisted) != wrote_myself {
         let entry = MY_MARK.get().or_else(|| shared::find_mark(dboid));
         let ours = entry.map_or(0, |m| m.reserved_ms.load(Ordering::Acquire)).max(filed_ms(dboid));
         if persisted < ours {
-            as_superuser(|| catalog::with_latest_snapshot(|| catalog::set_sequence(seq, ours)));
+            catalog::as_superuser(|| catalog::with_latest_snapshot(|| catalog::set_sequence(seq, ours)));
         } else if persisted - clock::unix_us().div_euclid(1000) > takeable_lead_ms() {
             hold(dboid, persisted);
         } else {

@@ -86,7 +86,8 @@ mod citus {
             after.push(insert(&mut b, 2, "down").unwrap_or_else(|e| panic!("insert {i} through the other worker: {}", failure(&e))));
         }
         // The holder mints the schema's shard for next_shard_id too.
-        after.push(a.query_one("SELECT next_shard_id(101)", &[]).unwrap_or_else(|e| panic!("next_shard_id(101) on the holder: {}", failure(&e))).get(0));
+        let by_shard: i64 =
+            a.query_one("SELECT next_shard_id(101)", &[]).unwrap_or_else(|e| panic!("next_shard_id(101) on the holder: {}", failure(&e))).get(0);
         let e = b.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
         let db = e.as_db_error().unwrap();
         assert_eq!(db.code().code(), "08001", "{}", db.message());
@@ -101,7 +102,9 @@ mod citus {
         for _ in 0..100 {
             after.push(insert(&mut a, 1, "restarted").unwrap_or_else(|e| panic!("after the restart: {}", failure(&e))));
         }
+        assert!(by_shard > before_stop && decode(by_shard).1 == 101, "next_shard_id(101) on the holder: {by_shard}");
         assert!(after.iter().all(|id| *id > before_stop), "an ID minted with the coordinator down is below one minted before");
+        assert!(!after.contains(&by_shard), "next_shard_id(101) repeated an inserted ID");
         assert!(after.iter().all(|id| decode(*id).1 == 101));
         let all: HashSet<i64> = ids.iter().chain(after.iter()).copied().collect();
         assert_eq!(all.len(), ids.len() + after.len(), "duplicate IDs");
@@ -228,5 +231,58 @@ mod citus {
         assert!(after.iter().all(|id| *id > top), "an ID of the new holder is not above the removed holder's");
         let all: HashSet<i64> = before.iter().chain(after.iter()).copied().collect();
         assert_eq!(all.len(), before.len() + after.len(), "duplicate IDs");
+    }
+
+    /// Moves tenant1 to `to`.
+    fn move_to(cluster: &Cluster, to: &Server) {
+        let mut c = cluster.coordinator.client();
+        let target = node_name(to);
+        c.execute("SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')", &[&target, &(PORT as i32)]).unwrap();
+        assert_eq!(holder(&mut c), target);
+    }
+
+    /// A hand-over the coordinator answered but the new holder never applied
+    /// (here the operator runs `citus_shard_take` after a move; a holder's
+    /// statement cancelled, or its crash, between the answer and applying it
+    /// does the same), then the schema moves on: the next holder, with a
+    /// clock 30 s behind the first, still mints above every ID of the first.
+    /// (A review's run before the fix: the third holder's first ID 28.5 s
+    /// below the first's last, and 319 IDs repeated.)
+    #[test]
+    fn a_hand_over_never_applied_is_kept_when_the_shard_moves_on() {
+        let mut cluster = cluster_with_tenant("citus_unapplied", 3);
+        cluster.workers[0].set_clock("+30s");
+        cluster.workers[0].restart();
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        let ids_a: Vec<i64> = (0..2000).map(|_| insert(&mut a, 1, "a").unwrap()).collect();
+        drop(a);
+        move_to(&cluster, &cluster.workers[1]);
+        let taken: i32 = cluster.coordinator.client().query_one("SELECT holder_group FROM citus_shard_take('tenant1')", &[]).unwrap().get(0);
+        let b_group: i32 = cluster.workers[1].client().query_one("SELECT groupid FROM pg_dist_local_group", &[]).unwrap().get(0);
+        assert_eq!(taken, b_group);
+        move_to(&cluster, &cluster.workers[2]);
+        let mut c = cluster.workers[2].client_as("postgres", "app");
+        let ids_c: Vec<i64> = (0..2000).map(|i| insert(&mut c, 3, "c").unwrap_or_else(|e| panic!("insert {i} through the third holder: {}", failure(&e)))).collect();
+        let a_last = *ids_a.iter().max().unwrap();
+        assert!(ids_c[0] > a_last, "the third holder's first ID {:?} is below the first holder's last {:?}", decode(ids_c[0]), decode(a_last));
+        let all: HashSet<i64> = ids_a.iter().chain(ids_c.iter()).copied().collect();
+        assert_eq!(all.len(), ids_a.len() + ids_c.len(), "duplicate IDs");
+    }
+
+    /// The hand-over functions are the extension owner's: an ordinary role
+    /// gets 42501 on every node, and minting goes on for everyone.
+    #[test]
+    fn an_ordinary_role_cannot_hand_a_shard_over() {
+        let cluster = cluster_with_tenant("citus_handover_rights", 2);
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        let first = insert(&mut a, 1, "first").unwrap();
+        for node in cluster.nodes() {
+            let mut app = node.client_as("postgres", "app");
+            assert_eq!(sqlstate(app.query_one("SELECT * FROM citus_shard_take('tenant1')", &[])), "42501");
+            assert_eq!(sqlstate(app.query_one("SELECT citus_shard_release(101, 99)", &[])), "42501");
+        }
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let later = [insert(&mut a, 1, "later").unwrap(), insert(&mut b, 2, "later").unwrap()];
+        assert!(later.iter().all(|id| *id > first));
     }
 }

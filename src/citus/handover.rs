@@ -3,41 +3,47 @@
 //! and the new holder's first ID is above the old holder's last, whatever
 //! their clocks say.
 //!
-//! The coordinator arbitrates: it keeps, per database, a record of which
-//! node group last took each shard and the ID above which that node mints
-//! (`pg_idgen_citus.<database OID>` in its data directory). A node that the
-//! metadata names as a schema's holder, and that has not taken its shard,
-//! asks the coordinator (`citus_shard_take`): under a lock on the shard,
-//! the coordinator has the previous holder release it
+//! The coordinator arbitrates. Its table `citus_shard_holders` records, per
+//! shard handed over, the node group that mints it, the ID above which it
+//! mints, and the hand-over's number (no row: the coordinator mints it, as
+//! it minted every shard before 0.6.0). A node that the metadata names as a
+//! schema's holder, and that has not taken its shard, asks the coordinator
+//! (`citus_shard_take`, as the extension's owner). Under a lock on the
+//! shard, the coordinator has the previous holder release it
 //! (`citus_shard_release`: its generator stops at once, in every backend,
-//! and it answers an ID above every one it minted), records the new holder
-//! with that ID, and answers it; the new holder raises its generator above
-//! it, and records in its own file that it took the shard (so that it goes
-//! on minting it after a restart, with the coordinator down too). With no
-//! record, the previous holder is the coordinator, which minted every shard
-//! before (0.5.0) and still mints every shard no distributed schema holds.
+//! and it answers an ID above every ID it minted), records the new holder
+//! above both that ID and the one the previous holder was given (which it
+//! may never have applied), and answers. The new holder then raises its
+//! generator above that ID and files, in its data directory, that it took
+//! the shard in that hand-over (`pg_idgen_citus.<database OID>`), so that it
+//! goes on minting it after a restart, with the coordinator down too.
 //!
-//! The records are files, not tables: a hand-over happens inside a
-//! statement that mints, which may roll back, while what the release did
-//! on the other node cannot be undone.
+//! A release leaves its hand-over's number in the released node's file, and
+//! a node adopts a shard only for a hand-over later than any that released
+//! it: an answer that arrives after the shard has moved on is refused. A
+//! node that lost its file asks again and is given the recorded ID again.
+
+use std::collections::HashMap;
 
 use pgrx::prelude::*;
 
-use super::libpq::{self, Addr, Request};
+use super::libpq::{self, Addr, As, Request};
 use super::metadata;
 use crate::backend::BackendLocal;
 use crate::core::layout::Shard;
 use crate::errors::{IdError, OrRaise};
 use crate::{catalog, fleet};
 
-/// One line of a record: shard `shard` was taken by node group `group`
-/// (at `addr`), which mints it above `after`; on a worker, `schema` is the
-/// OID of the schema it took it for.
+extension_sql_file!("../../sql/citus.sql", name = "citus", requires = [catalog::pg_idgen_table_changed]);
+
+/// One line of a worker's file: shard `shard` was taken by this node in
+/// hand-over `handover` above `after`, for the schema of OID `schema`
+/// (`held`), or released in hand-over `handover` (not `held`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
     pub shard: i32,
-    pub group: i32,
-    pub addr: Addr,
+    pub handover: i64,
+    pub held: bool,
     pub after: i64,
     pub schema: u32,
 }
@@ -53,40 +59,37 @@ fn path() -> String {
 fn parse(text: &str) -> Vec<Entry> {
     text.lines()
         .filter_map(|line| {
-            let mut f = line.splitn(6, ' ');
+            let mut f = line.split(' ');
             Some(Entry {
                 shard: f.next()?.parse().ok()?,
-                group: f.next()?.parse().ok()?,
-                addr: Addr { port: f.next()?.parse().ok()?, host: String::new() },
+                handover: f.next()?.parse().ok()?,
+                held: f.next()? == "held",
                 after: f.next()?.parse().ok()?,
                 schema: f.next()?.parse().ok()?,
-            })
-            .map(|mut e| {
-                e.addr.host = line.splitn(6, ' ').nth(5).unwrap_or_default().to_owned();
-                e
             })
         })
         .collect()
 }
 
-/// The record as the file holds it now.
+/// The file as it is now.
 fn read() -> Vec<Entry> {
     std::fs::read_to_string(path()).map(|t| parse(&t)).unwrap_or_default()
 }
 
-/// Changes the record with `change`, under a lock every writer takes: read,
-/// written anew under a name of this process's, synced and renamed into place.
-fn write(change: impl FnOnce(&mut Vec<Entry>)) {
+/// Sets the file's entry for `entry.shard`, under a lock every writer
+/// takes: written anew under a name of this process's, synced and renamed
+/// into place.
+fn write(entry: Entry) {
     let path = path();
     let written = (|| -> std::io::Result<()> {
         let lock = std::fs::File::options().create(true).truncate(false).write(true).open(LOCK_FILE)?;
         lock.lock()?;
         let mut entries = read();
-        change(&mut entries);
-        let text: String =
-            entries.iter().map(|e| format!("{} {} {} {} {} {}\n", e.shard, e.group, e.addr.port, e.after, e.schema, e.addr.host)).collect();
+        entries.retain(|e| e.shard != entry.shard);
+        entries.push(entry);
+        let line = |e: &Entry| format!("{} {} {} {} {}\n", e.shard, e.handover, if e.held { "held" } else { "released" }, e.after, e.schema);
         let tmp = format!("{path}.tmp{}", std::process::id());
-        std::fs::write(&tmp, text)?;
+        std::fs::write(&tmp, entries.iter().map(line).collect::<String>())?;
         std::fs::File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, &path)?;
         std::fs::File::open(".")?.sync_all()
@@ -97,22 +100,25 @@ fn write(change: impl FnOnce(&mut Vec<Entry>)) {
     forget();
 }
 
-/// The backend's copy of this node's record.
+/// The backend's copy of this node's file.
 static ENTRIES: BackendLocal<Option<Vec<Entry>>> = BackendLocal::new(None);
 
-/// The record's entry for `shard` (read once per backend, again after `forget`).
-pub fn entry(shard: i32) -> Option<Entry> {
+fn find(f: impl Fn(&Entry) -> bool) -> Option<Entry> {
     let mut e = ENTRIES.borrow_mut();
-    e.get_or_insert_with(read).iter().find(|e| e.shard == shard).cloned()
+    e.get_or_insert_with(read).iter().find(|e| f(e)).cloned()
 }
 
-/// The entry of the shard this (worker) node took for schema `schema`.
-pub fn entry_for_schema(schema: pg_sys::Oid) -> Option<Entry> {
-    let mut e = ENTRIES.borrow_mut();
-    e.get_or_insert_with(read).iter().find(|e| e.schema == schema.to_u32()).cloned()
+/// The shard this (worker) node holds for `shard`, if it took it.
+pub fn held(shard: i32) -> Option<Entry> {
+    find(|e| e.shard == shard && e.held)
 }
 
-/// Makes the next lookup read the record again.
+/// The shard this (worker) node took for the schema of OID `schema`.
+pub fn held_for_schema(schema: pg_sys::Oid) -> Option<Entry> {
+    find(|e| e.schema == schema.to_u32() && e.held)
+}
+
+/// Makes the next lookup read the file again.
 pub fn forget() {
     *ENTRIES.borrow_mut() = None;
 }
@@ -145,89 +151,167 @@ fn unlock(shard: Shard) {
     unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false) };
 }
 
+/// A hand-over as the coordinator answers it: the shard, the ID above
+/// which its holder mints (none: the coordinator mints it, never handed
+/// over), the holder's node group and the hand-over's number.
+pub struct Taken {
+    pub shard: Shard,
+    pub after: Option<i64>,
+    pub group: i32,
+    pub handover: i64,
+}
+
+/// The coordinator's record of a shard: (group, host, port, after, hand-over).
+fn recorded(shard: Shard) -> Option<(i32, Addr, i64, i64)> {
+    if catalog::relation(c"citus_shard_holders").is_none() {
+        IdError::NotUpdated(catalog::extension_version()).raise()
+    }
+    let sql = format!(
+        "SELECT holder_group::pg_catalog.text, holder_host, holder_port::pg_catalog.text, after::pg_catalog.text, handover::pg_catalog.text
+           FROM {} WHERE shard OPERATOR(pg_catalog.=) $1::pg_catalog.int4",
+        catalog::qualified("citus_shard_holders")
+    );
+    let sql = std::ffi::CString::new(sql).unwrap_or_default();
+    let row = catalog::as_superuser(|| catalog::query_text_rows_now(&sql, &[&shard.index().to_string()])).into_iter().next()?;
+    match &row[..] {
+        [Some(g), Some(host), Some(port), Some(after), Some(n)] => Some((
+            g.parse().ok()?,
+            Addr { host: host.clone(), port: port.parse().ok()? },
+            after.parse().ok()?,
+            n.parse().ok()?,
+        )),
+        _ => None,
+    }
+}
+
+/// The node group the coordinator's record names for `shard` (0: itself),
+/// from the backend's copy of the record, read again after it changed.
+pub fn recorded_group(shard: Shard) -> i32 {
+    static RECORD: BackendLocal<Option<(u64, HashMap<i32, i32>)>> = BackendLocal::new(None);
+    let generation = catalog::generation();
+    let mut r = RECORD.borrow_mut();
+    if r.as_ref().is_none_or(|(g, _)| *g != generation) {
+        let sql = format!("SELECT shard::pg_catalog.text, holder_group::pg_catalog.text FROM {}", catalog::qualified("citus_shard_holders"));
+        let sql = std::ffi::CString::new(sql).unwrap_or_default();
+        let rows = match catalog::relation(c"citus_shard_holders") {
+            Some(_) => catalog::as_superuser(|| catalog::query_text_rows_now(&sql, &[])),
+            None => vec![],
+        };
+        let map = rows
+            .into_iter()
+            .filter_map(|row| match &row[..] {
+                [Some(s), Some(g)] => Some((s.parse().ok()?, g.parse().ok()?)),
+                _ => None,
+            })
+            .collect();
+        *r = Some((generation, map));
+    }
+    r.as_ref().and_then(|(_, m)| m.get(&(shard.index() as i32)).copied()).unwrap_or(0)
+}
+
 /// On the coordinator: hands the shard registered for `schema` to the node
-/// that holds the schema's data (the coordinator when none does), and
-/// answers (shard, the ID above which that node mints it, its group).
-pub fn take(schema: &str) -> (Shard, i64, i32) {
+/// that holds the schema's data (the coordinator when none does).
+pub fn take(schema: &str) -> Taken {
     let shard = match metadata::registered_shard(schema) {
         Some(s) => Shard::new(s).or_raise(),
         None if catalog::schema_oid(schema).is_none() => IdError::SchemaMissing(schema.into()).raise(),
         None => IdError::SchemaNotRegistered(schema.into()).raise(),
     };
     let (group, addr) = match metadata::look_up_holder(schema) {
-        Some(h) => (h.group, h.addr),
+        Some(h) => (h.group, h.addr.clone()),
         None => (0, Addr { host: String::new(), port: 0 }),
     };
-    let after = hand_over(shard, group, addr);
-    (shard, after, group)
+    hand_over(shard, group, addr)
 }
 
 /// On the coordinator: makes node group `group` (at `addr`) the one that
-/// mints `shard`, releasing it where it was minted before; returns the ID
-/// above which it mints.
-pub fn hand_over(shard: Shard, group: i32, addr: Addr) -> i64 {
+/// mints `shard`, releasing it where it was minted before. The record is
+/// written in the current transaction: if it rolls back, the next
+/// hand-over releases the same node again, which answers at least as much.
+pub fn hand_over(shard: Shard, group: i32, addr: Addr) -> Taken {
     lock(shard);
-    forget();
-    let prev = entry(shard.index() as i32);
-    let after = match &prev {
-        Some(e) if e.group == group => e.after,
+    let prev = recorded(shard);
+    let (prev_group, prev_after, prev_handover) = prev.as_ref().map_or((0, None, 0), |(g, _, a, n)| (*g, Some(*a), *n));
+    if prev_group == group {
+        unlock(shard);
+        return Taken { shard, after: prev_after, group, handover: prev_handover };
+    }
+    let handover = prev_handover + 1;
+    let released = match &prev {
         // The coordinator minted it: it stops at once, for good.
-        None | Some(Entry { group: 0, .. }) => fleet::high_water(shard, fleet::retire_for_good(shard)),
-        Some(e) => {
-            let sql = format!("SELECT {}($1::pg_catalog.int4)", catalog::qualified("citus_shard_release"));
+        None | Some((0, ..)) => fleet::high_water(shard, fleet::retire_for_good(shard)),
+        Some((_, from, _, _)) => {
+            let sql = format!("SELECT {}($1::pg_catalog.int4, $2::pg_catalog.int8)", catalog::qualified("citus_shard_release"));
             let what = || format!("the Citus node that last minted shard {}", shard.index());
-            let rows = libpq::call(&e.addr, &Request::Sql { sql, params: vec![shard.index().to_string()] }, "citus_shard_take", &what);
+            let request = Request::Sql { sql, params: vec![shard.index().to_string(), handover.to_string()] };
+            let rows = libpq::call(from, &request, As::Owner, "citus_shard_take", &what);
             rows.first().and_then(|r| r.first().cloned().flatten()).and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-                IdError::Internal(format!("node {} answered no ID for the release of shard {}", e.addr.describe(), shard.index())).raise()
+                IdError::Internal(format!("node {} answered no ID for the release of shard {}", from.describe(), shard.index())).raise()
             })
         }
     };
-    if prev.as_ref().is_none_or(|e| e.group != group) {
-        let entry = Entry { shard: shard.index() as i32, group, addr, after, schema: 0 };
-        write(|entries| {
-            entries.retain(|e| e.shard != entry.shard);
-            entries.push(entry);
-        });
-    }
+    // The previous holder was given `prev_after`, and may never have raised
+    // its generator above it (it failed or was cancelled before it did).
+    let after = prev_after.map_or(released, |a| a.max(released));
+    catalog::as_superuser(|| {
+        catalog::run(
+            &format!(
+                "INSERT INTO {} (shard, holder_group, holder_host, holder_port, after, handover) VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (shard) DO UPDATE SET holder_group = excluded.holder_group, holder_host = excluded.holder_host,
+                     holder_port = excluded.holder_port, after = excluded.after, handover = excluded.handover, taken_at = now()",
+                catalog::qualified("citus_shard_holders")
+            ),
+            &[(shard.index() as i32).into(), group.into(), addr.host.as_str().into(), addr.port.into(), after.into(), handover.into()],
+        )
+    });
     if group == 0 {
         fleet::raise_above(shard, after);
     }
     unlock(shard);
-    after
+    Taken { shard, after: Some(after), group, handover }
 }
 
-/// On a worker: mints `shard` from now on for schema `schema`, above `after`
-/// (what the coordinator's `take` answered).
-pub fn adopt(shard: Shard, after: i64, group: i32, schema: pg_sys::Oid) {
-    lock(shard);
-    fleet::raise_above(shard, after);
-    let entry = Entry { shard: shard.index() as i32, group, addr: Addr { host: String::new(), port: 0 }, after, schema: schema.to_u32() };
-    write(|entries| {
-        entries.retain(|e| e.shard != entry.shard);
-        entries.push(entry);
-    });
-    unlock(shard);
+/// On a worker: mints `taken.shard` from now on for schema `schema`, above
+/// `taken.after`; false (nothing done) if a later hand-over released it
+/// here already.
+pub fn adopt(taken: &Taken, schema: pg_sys::Oid) -> bool {
+    lock(taken.shard);
+    let index = taken.shard.index() as i32;
+    forget();
+    if find(|e| e.shard == index && !e.held && e.handover > taken.handover).is_some() {
+        unlock(taken.shard);
+        return false;
+    }
+    if let Some(after) = taken.after {
+        fleet::raise_above(taken.shard, after);
+    }
+    write(Entry { shard: index, handover: taken.handover, held: true, after: taken.after.unwrap_or(0), schema: schema.to_u32() });
+    unlock(taken.shard);
+    true
 }
 
-/// On a worker: stops minting `shard`, for good, unless this node holds the
-/// data of the schema it took the shard for; returns an ID above every ID
-/// it minted for it.
-fn release(shard: Shard) -> i64 {
+/// On a worker: stops minting `shard`, for good, in hand-over `handover`,
+/// unless this node holds the data of the schema it took the shard for;
+/// returns an ID above every ID it minted for it.
+fn release(shard: Shard, handover: i64) -> i64 {
     let Some(place) = metadata::place() else { IdError::CitusNotANode("citus_shard_release").raise() };
     if place.group == 0 {
         IdError::CitusOnCoordinator("citus_shard_release").raise()
     }
     lock(shard);
     forget();
-    if let Some(e) = entry(shard.index() as i32) {
+    let index = shard.index() as i32;
+    let held = held(index);
+    if let Some(e) = &held {
         if let Some(name) = catalog::schema_name(pg_sys::Oid::from(e.schema)) {
             if metadata::look_up_holder(&name).is_some_and(|h| h.group == place.group) {
-                IdError::CitusStillHolds { shard: shard.index() as i32, schema: name }.raise()
+                IdError::CitusStillHolds { shard: index, schema: name }.raise()
             }
         }
     }
     let after = fleet::high_water(shard, fleet::retire_for_good(shard));
-    write(|entries| entries.retain(|e| e.shard != shard.index() as i32));
+    let schema = held.map_or(0, |e| e.schema);
+    write(Entry { shard: index, handover, held: false, after, schema });
     unlock(shard);
     after
 }
@@ -237,23 +321,23 @@ fn release(shard: Shard) -> i64 {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn citus_shard_take(
     schema_name: &str,
-) -> TableIterator<'static, (name!(shard, i32), name!(after, i64), name!(holder_group, i32))> {
+) -> TableIterator<'static, (name!(shard, i32), name!(after, Option<i64>), name!(holder_group, i32), name!(handover, i64))> {
     crate::mark::check_writable("citus_shard_take");
     match metadata::place() {
         Some(p) if p.group == 0 => {}
         Some(_) => IdError::CitusWorker("citus_shard_take").raise(),
         None => IdError::CitusNotANode("citus_shard_take").raise(),
     }
-    let (shard, after, group) = take(schema_name);
-    TableIterator::once((shard.index() as i32, after, group))
+    let t = take(schema_name);
+    TableIterator::once((t.shard.index() as i32, t.after, t.group, t.handover))
 }
 
 /// Stops a Citus worker minting a shard whose schema's data it no longer
 /// holds, and returns an ID above every ID it minted for it; run by the
-/// coordinator during a hand-over.
+/// coordinator during hand-over `handover`.
 #[pg_extern(volatile, parallel_unsafe, strict)]
-fn citus_shard_release(shard: i32) -> i64 {
+fn citus_shard_release(shard: i32, handover: i64) -> i64 {
     let shard = Shard::new(shard).or_raise();
     crate::mark::check_writable("citus_shard_release");
-    release(shard)
+    release(shard, handover)
 }

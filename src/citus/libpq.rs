@@ -37,6 +37,16 @@ pub enum Request<'a> {
     Sql { sql: String, params: Vec<String> },
 }
 
+/// Whom a call to another node runs as.
+#[derive(Clone, Copy, PartialEq)]
+pub enum As {
+    /// The current role: minting, whose rights are checked where it is called.
+    Caller,
+    /// The extension's owner (a superuser, as Citus's own metadata sessions
+    /// are): the hand-over, which no other role may run.
+    Owner,
+}
+
 /// The `application_name` of the sessions pg_idgen opens on other nodes.
 pub const FORWARDING: &str = "pg_idgen forwarding";
 
@@ -52,8 +62,8 @@ pub fn hop() -> usize {
 /// reconnects once if the connection broke (a call that reached the node
 /// but whose answer was lost only skips IDs, or repeats an idempotent step
 /// of a hand-over). `what` names the node for an error.
-pub fn call(addr: &Addr, request: &Request<'_>, function: &'static str, what: &dyn Fn() -> String) -> Vec<Vec<Option<String>>> {
-    let info = conninfo(addr);
+pub fn call(addr: &Addr, request: &Request<'_>, role: As, function: &'static str, what: &dyn Fn() -> String) -> Vec<Vec<Option<String>>> {
+    let info = conninfo(addr, role);
     let statements = statements();
     let mut retried = false;
     loop {
@@ -97,14 +107,19 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most connections a backend keeps open (one per node it calls).
 const MAX_CONNECTIONS: usize = 4;
 
-/// How to reach `addr`: as the current role, in this database, one hop
-/// further than this session, with Citus's own `citus.node_conninfo` (TLS
-/// and the like) appended.
-fn conninfo(addr: &Addr) -> String {
+/// How to reach `addr`: as `role`, in this database, one hop further than
+/// this session, with Citus's own `citus.node_conninfo` (TLS and the like)
+/// appended.
+fn conninfo(addr: &Addr, role: As) -> String {
     let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
-    // SAFETY: names of the current role and database, copied at once.
+    let user = match role {
+        // SAFETY: reads the current role's OID; no preconditions.
+        As::Caller => unsafe { pg_sys::GetUserId() },
+        As::Owner => catalog::extension_owner(),
+    };
+    // SAFETY: names of a role and of the current database, copied at once.
     let (user, db) = unsafe {
-        let user = CStr::from_ptr(pg_sys::GetUserNameFromId(pg_sys::GetUserId(), false)).to_string_lossy().into_owned();
+        let user = CStr::from_ptr(pg_sys::GetUserNameFromId(user, false)).to_string_lossy().into_owned();
         let db = pg_sys::get_database_name(pg_sys::MyDatabaseId);
         (user, CStr::from_ptr(db).to_string_lossy().into_owned())
     };

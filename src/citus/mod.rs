@@ -33,7 +33,7 @@ mod handover;
 mod libpq;
 mod metadata;
 
-use libpq::{Addr, Request};
+use libpq::{Addr, As, Request};
 
 use crate::backend::BackendLocal;
 use crate::catalog;
@@ -196,7 +196,7 @@ fn on_coordinator(call: &Call<'_>, function: &'static str) -> Route {
         Call::Shard(shard) => *shard,
         Call::Schema(_, resolve) => resolve(),
     };
-    if handover::entry(shard.index() as i32).is_some_and(|e| e.group != 0) {
+    if handover::recorded_group(shard) != 0 {
         handover::hand_over(shard, 0, Addr { host: String::new(), port: 0 });
     }
     Route::Here(shard)
@@ -212,7 +212,7 @@ fn on_worker(call: &Call<'_>, place: &metadata::Place, function: &'static str) -
     let name = match call {
         Call::Shard(shard) => {
             // A shard this node took over for a schema whose data it still holds.
-            if let Some(e) = handover::entry(shard.index() as i32).filter(|e| e.group == place.group) {
+            if let Some(e) = handover::held(shard.index() as i32) {
                 let here = catalog::schema_name(pg_sys::Oid::from(e.schema)).and_then(|n| metadata::holder(&n));
                 if here.is_some_and(|h| h.group == place.group) {
                     return Route::Here(*shard);
@@ -237,31 +237,34 @@ fn on_worker(call: &Call<'_>, place: &metadata::Place, function: &'static str) -
         }
         return Route::Forward(holder.addr.clone(), call.key());
     }
-    if let Some(e) = handover::entry_for_schema(holder.schema) {
+    if let Some(e) = handover::held_for_schema(holder.schema) {
         return Route::Here(Shard::new(e.shard).or_raise());
     }
     // This node holds the data but has not taken the shard: the coordinator hands it over.
     let sql = format!(
-        "SELECT shard::pg_catalog.text, after::pg_catalog.text, holder_group::pg_catalog.text FROM {}($1::pg_catalog.text)",
+        "SELECT shard::pg_catalog.text, after::pg_catalog.text, holder_group::pg_catalog.text, handover::pg_catalog.text
+           FROM {}($1::pg_catalog.text)",
         catalog::qualified("citus_shard_take")
     );
     let what = || "the Citus coordinator".to_string();
-    let rows = libpq::call(&coordinator(), &Request::Sql { sql, params: vec![name.to_string()] }, function, &what);
-    let parsed = rows.first().and_then(|r| match &r[..] {
-        [Some(s), Some(a), Some(g)] => Some((s.parse::<i32>().ok()?, a.parse::<i64>().ok()?, g.parse::<i32>().ok()?)),
+    let rows = libpq::call(&coordinator(), &Request::Sql { sql, params: vec![name.to_string()] }, As::Owner, function, &what);
+    let taken = rows.first().and_then(|r| match &r[..] {
+        [Some(s), a, Some(g), Some(n)] => Some(handover::Taken {
+            shard: Shard::new(s.parse().ok()?).ok()?,
+            after: a.as_ref().and_then(|a| a.parse().ok()),
+            group: g.parse().ok()?,
+            handover: n.parse().ok()?,
+        }),
         _ => None,
     });
-    let Some((shard, after, group)) = parsed else {
-        IdError::Internal("the coordinator answered no hand-over".into()).raise()
-    };
-    let shard = Shard::new(shard).or_raise();
-    if group != place.group {
-        // The coordinator's metadata places the data elsewhere by now.
+    let Some(taken) = taken else { IdError::Internal("the coordinator answered no hand-over".into()).raise() };
+    // The coordinator's metadata places the data elsewhere by now, or the
+    // shard moved on while this answer was on its way.
+    if taken.group != place.group || !handover::adopt(&taken, holder.schema) {
         metadata::forget();
-        IdError::CitusForwardedTwice { function, schema: name.into() }.raise()
+        IdError::CitusMovedMeanwhile { function, schema: name.into() }.raise()
     }
-    handover::adopt(shard, after, group, holder.schema);
-    Route::Here(shard)
+    Route::Here(taken.shard)
 }
 
 /// Refuses, on a Citus worker, what only the coordinator's state can hold.
@@ -304,7 +307,7 @@ fn forward(addr: &Addr, key: Key, function: &'static str) -> i64 {
         Key::Shard(_) => "the Citus coordinator".to_string(),
         Key::Schema(_) => format!("the Citus node holding schema \"{value}\""),
     };
-    let rows = libpq::call(addr, &Request::Mint { schema, value: &value, n }, function, &what);
+    let rows = libpq::call(addr, &Request::Mint { schema, value: &value, n }, As::Caller, function, &what);
     let mut ids: VecDeque<i64> = rows
         .into_iter()
         .map(|r| match r.first().cloned().flatten().map(|v| v.parse::<i64>()) {
