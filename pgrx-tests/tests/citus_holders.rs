@@ -183,7 +183,11 @@ mod citus {
         }
         drop(a);
         cluster.workers[0].stop("immediate");
-        assert_eq!(sqlstate(insert(&mut b, 2, "down")).len(), 5, "an insert succeeded with the holder down");
+        // The other worker cannot reach the holder to mint: 08001, naming it.
+        let e = insert(&mut b, 2, "down").unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.message().starts_with("next_schema_id cannot reach the Citus node holding schema \"tenant1\" at "), "{}", db.message());
         cluster.workers[0].set_clock("-30s");
         cluster.workers[0].start_process();
         let top = *before.iter().max().unwrap();
@@ -284,5 +288,37 @@ mod citus {
         let mut b = cluster.workers[1].client_as("postgres", "app");
         let later = [insert(&mut a, 1, "later").unwrap(), insert(&mut b, 2, "later").unwrap()];
         assert!(later.iter().all(|id| *id > first));
+    }
+
+    /// A node that asks a password of the role that mints: minting through
+    /// another node refuses with 08001 naming the holder until
+    /// `pg_dist_authinfo` gives the role's password (as Citus itself needs
+    /// for its own connections as that role), then goes on; the calling
+    /// node's operating-system user has no `.pgpass`.
+    #[test]
+    fn minting_through_another_node_uses_pg_dist_authinfo() {
+        let cluster = cluster_with_tenant("citus_authinfo", 2);
+        let a = &cluster.workers[0];
+        cluster.coordinator.client().batch_execute("SET password_encryption = 'scram-sha-256'; ALTER ROLE app PASSWORD 'sesame'").unwrap();
+        // The holder asks app for its password on the socket; everyone else as before.
+        let hba = format!("{}/pg_hba.conf", a.data());
+        let before = std::fs::read_to_string(&hba).unwrap();
+        std::fs::write(&hba, format!("local all app scram-sha-256\n{before}")).unwrap();
+        a.client().batch_execute("SELECT pg_reload_conf()").unwrap();
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let e = insert(&mut b, 2, "no password").unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.message().starts_with("next_schema_id cannot reach the Citus node holding schema \"tenant1\" at "), "{}", db.message());
+        for node in cluster.nodes() {
+            node.client()
+                .batch_execute(
+                    "INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo)
+                     SELECT 0, 'app', 'password=sesame' WHERE NOT EXISTS (SELECT FROM pg_dist_authinfo WHERE rolename = 'app')",
+                )
+                .unwrap();
+        }
+        let ids: Vec<i64> = (0..50).map(|i| insert(&mut b, 2, "authinfo").unwrap_or_else(|e| panic!("insert {i}: {}", failure(&e)))).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]) && ids.iter().all(|id| decode(*id).1 == 101));
     }
 }

@@ -108,8 +108,9 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_CONNECTIONS: usize = 4;
 
 /// How to reach `addr`: as `role`, in this database, one hop further than
-/// this session, with Citus's own `citus.node_conninfo` (TLS and the like)
-/// appended.
+/// this session, with what Citus itself connects with appended: its
+/// `citus.node_conninfo` (TLS and the like) and the role's entry for that
+/// node in `pg_dist_authinfo` (a password, a certificate), if any.
 fn conninfo(addr: &Addr, role: As) -> String {
     let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
     let user = match role {
@@ -128,11 +129,12 @@ fn conninfo(addr: &Addr, role: As) -> String {
         let v = pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false);
         if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
     };
+    let authinfo = super::metadata::authinfo(addr, &user);
     // The other node ends the session after 10 s unused, so idle backends
     // here (Citus keeps them for later shard queries) do not each hold one
     // of its connections; the next call reconnects.
     format!(
-        "host={} port={} dbname={} user={} application_name={} options='-c idle_session_timeout={IDLE_MS} -c statement_timeout={} -c pg_idgen.forwarded={}' {extra}",
+        "host={} port={} dbname={} user={} application_name={} options='-c idle_session_timeout={IDLE_MS} -c statement_timeout={} -c pg_idgen.forwarded={}' {extra} {authinfo}",
         quote(&addr.host),
         addr.port,
         quote(&db),

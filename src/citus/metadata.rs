@@ -172,3 +172,35 @@ fn registry_row(column: &str, value: &str) -> Option<(String, i32)> {
         _ => None,
     }
 }
+
+/// What `pg_dist_authinfo` gives Citus to connect to `addr` as `role`: the
+/// row of that node, else the row of every node (node 0), as Citus chooses;
+/// empty without one. Read as the bootstrap superuser (the table is not
+/// readable by other roles), kept until the next invalidation (Citus sends
+/// one when the table changes), never shown.
+pub fn authinfo(addr: &Addr, role: &str) -> String {
+    static AUTHINFO: BackendLocal<Option<(u64, HashMap<(String, i32, String), String>)>> = BackendLocal::new(None);
+    let generation = catalog::generation();
+    let mut a = AUTHINFO.borrow_mut();
+    if a.as_ref().is_none_or(|(g, _)| *g != generation) {
+        *a = Some((generation, HashMap::new()));
+    }
+    let (_, map) = a.as_mut().expect("filled above");
+    let key = (addr.host.clone(), addr.port, role.to_owned());
+    map.entry(key)
+        .or_insert_with(|| {
+            let rows = catalog::as_superuser(|| {
+                catalog::query_text_rows_now(
+                    c"SELECT a.authinfo FROM pg_catalog.pg_dist_authinfo a
+                       WHERE a.rolename = $3::pg_catalog.name
+                         AND (a.nodeid = 0 OR a.nodeid = (SELECT n.nodeid FROM pg_catalog.pg_dist_node n
+                                                           WHERE n.nodename = $1 AND n.nodeport = $2::pg_catalog.int4
+                                                           ORDER BY n.noderole = 'primary' DESC LIMIT 1))
+                       ORDER BY a.nodeid = 0 LIMIT 1",
+                    &[&addr.host, &addr.port.to_string(), role],
+                )
+            });
+            rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()).unwrap_or_default()
+        })
+        .clone()
+}
