@@ -307,9 +307,9 @@ fn note_change() {
     }
 }
 
-/// Retires a shard's generator for `shard_release`, undone if the
-/// (sub)transaction rolls back. Returns the state it held.
-pub fn retire(shard: Shard) -> u64 {
+/// Retires a shard's generator, undone if the (sub)transaction rolls
+/// back. Returns the state it held.
+fn retire(shard: Shard) -> u64 {
     register_callbacks();
     let slot = &shared::state().or_raise().shards[shard.index()];
     let prev = slot.last.swap(RETIRED, Ordering::AcqRel);
@@ -321,20 +321,20 @@ pub fn retire(shard: Shard) -> u64 {
     prev
 }
 
-/// Retires a shard's generator for good (until it is raised again, or the
-/// server restarts), whatever becomes of the transaction: for a hand-over
-/// whose record is written outside transactions (Citus). Returns the state
-/// it held.
-pub fn retire_for_good(shard: Shard) -> u64 {
-    shared::state().or_raise().shards[shard.index()].last.swap(RETIRED, Ordering::AcqRel)
-}
-
-/// An ID of `shard` above every ID this server handed out for it, given the
-/// state its generator held when it was retired.
-pub fn high_water(shard: Shard, prev: u64) -> i64 {
-    // Once the persisted mark is loaded, the generator's state is at or
-    // above every value handed out, before the last restart too.
+/// Stops minting `shard` on this server at once, also in statements under
+/// way in other backends, and returns an ID above every ID it handed out
+/// for it. For `shard_release` (`for_good` false) the retirement is undone
+/// if the transaction rolls back; for a Citus hand-over, whose record is
+/// written outside it, it is not (until the generator is raised again, or
+/// the server restarts).
+pub fn retire_above_all(shard: Shard, for_good: bool) -> i64 {
+    // Loaded first: once the persisted mark is loaded, the generator's state
+    // is at or above every value handed out, before the last restart too.
     let reservation = DbReservation::loaded(settings::configured_epoch_ms());
+    let prev = match for_good {
+        true => shared::state().or_raise().shards[shard.index()].last.swap(RETIRED, Ordering::AcqRel),
+        false => retire(shard),
+    };
     if prev == RETIRED {
         // Retired before (a release still in progress, or an earlier one):
         // the reservation covers every value.

@@ -133,9 +133,7 @@ fn shard_release(shard: i32) -> i64 {
         &[first.into(), last.into(), s.into()],
     );
 
-    // Retiring the generator stops minting at once, also in statements under
-    // way in other backends; undone if this transaction rolls back.
-    let high_water = fleet::high_water(shard, fleet::retire(shard));
+    let high_water = fleet::retire_above_all(shard, false);
     catalog::run(
         &format!(
             "INSERT INTO {} (shard, high_water) VALUES ($1, $2)

@@ -239,7 +239,7 @@ pub fn hand_over(shard: Shard, group: i32, addr: Addr) -> Taken {
     let handover = prev_handover + 1;
     let released = match &prev {
         // The coordinator minted it: it stops at once, for good.
-        None | Some((0, ..)) => fleet::high_water(shard, fleet::retire_for_good(shard)),
+        None | Some((0, ..)) => fleet::retire_above_all(shard, true),
         Some((_, from, _, _)) => {
             let sql = format!("SELECT {}($1::pg_catalog.int4, $2::pg_catalog.int8)", catalog::qualified("citus_shard_release"));
             let what = || format!("the Citus node that last minted shard {}", shard.index());
@@ -309,7 +309,7 @@ fn release(shard: Shard, handover: i64) -> i64 {
             }
         }
     }
-    let after = fleet::high_water(shard, fleet::retire_for_good(shard));
+    let after = fleet::retire_above_all(shard, true);
     let schema = held.map_or(0, |e| e.schema);
     write(Entry { shard: index, handover, held: false, after, schema });
     unlock(shard);
