@@ -74,10 +74,12 @@ REVOKE EXECUTE ON FUNCTION
     shard_schema_registry_keyed(), shard_schemas_forget_dropped(), shard_schemas_key_by_name(),
     shard_schemas_follow_renamed()
     FROM PUBLIC;
-COMMENT ON FUNCTION citus_shard_take(text) IS
+COMMENT ON FUNCTION citus_shard_take(text, bigint) IS
     'pg_idgen on Citus: hands the shard of a distributed schema to the node holding its data (run on the coordinator, as the extension''s owner)';
+COMMENT ON FUNCTION citus_shard_take_back(int, bool) IS
+    'pg_idgen on Citus: hands a shard back to the coordinator, or to the node holding its schema''s data (run by the coordinator in a session of its own)';
 COMMENT ON FUNCTION citus_shard_release(int, bigint) IS
     'pg_idgen on Citus: stops a worker minting a shard whose schema''s data moved away, returning an ID above all it minted (run by the coordinator)';
 -- Only the extension's owner (the role pg_idgen connects as between nodes
 -- for a hand-over) runs the hand-over functions.
-REVOKE EXECUTE ON FUNCTION citus_shard_take(text), citus_shard_release(int, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION citus_shard_take(text, bigint), citus_shard_take_back(int, bool), citus_shard_release(int, bigint) FROM PUBLIC;

@@ -1,6 +1,6 @@
 -- pg_idgen 0.5.0 -> 0.6.0 (ALTER EXTENSION pg_idgen UPDATE).
 -- On Citus, the node holding a distributed schema's data mints its shard;
--- the coordinator hands a shard over when that data moves, with these two
+-- the coordinator hands a shard over when that data moves, with these three
 -- functions (run as the extension's owner only) and its record of holders.
 -- Nothing else changes; on a single server none of it is used.
 \echo Use "ALTER EXTENSION pg_idgen UPDATE TO '0.6.0'" to load this file. \quit
@@ -14,7 +14,8 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'citus_shard_release_wrapper';
 
 CREATE FUNCTION "citus_shard_take"(
-	"schema_name" TEXT
+	"schema_name" TEXT,
+	"renew_from" bigint DEFAULT 0
 ) RETURNS TABLE (
 	"shard" INT,
 	"after" bigint,
@@ -24,6 +25,19 @@ CREATE FUNCTION "citus_shard_take"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'citus_shard_take_wrapper';
+
+CREATE FUNCTION "citus_shard_take_back"(
+	"logical_shard" INT,
+	"renew" bool DEFAULT false
+) RETURNS TABLE (
+	"shard" INT,
+	"after" bigint,
+	"holder_group" INT,
+	"handover" bigint
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'citus_shard_take_back_wrapper';
 
 -- On a Citus coordinator: which node group mints each logical shard handed
 -- over to the node holding a distributed schema's data, above which ID, and
@@ -49,8 +63,10 @@ CREATE TRIGGER citus_shard_holders_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON citus_shard_holders
     FOR EACH STATEMENT EXECUTE FUNCTION pg_idgen_table_changed();
 
-COMMENT ON FUNCTION citus_shard_take(text) IS
+COMMENT ON FUNCTION citus_shard_take(text, bigint) IS
     'pg_idgen on Citus: hands the shard of a distributed schema to the node holding its data (run on the coordinator, as the extension''s owner)';
+COMMENT ON FUNCTION citus_shard_take_back(int, bool) IS
+    'pg_idgen on Citus: hands a shard back to the coordinator, or to the node holding its schema''s data (run by the coordinator in a session of its own)';
 COMMENT ON FUNCTION citus_shard_release(int, bigint) IS
     'pg_idgen on Citus: stops a worker minting a shard whose schema''s data moved away, returning an ID above all it minted (run by the coordinator)';
-REVOKE EXECUTE ON FUNCTION citus_shard_take(text), citus_shard_release(int, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION citus_shard_take(text, bigint), citus_shard_take_back(int, bool), citus_shard_release(int, bigint) FROM PUBLIC;

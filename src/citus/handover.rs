@@ -210,8 +210,11 @@ pub fn recorded_group(shard: Shard) -> i32 {
 }
 
 /// On the coordinator: hands the shard registered for `schema` to the node
-/// that holds the schema's data (the coordinator when none does).
-pub fn take(schema: &str) -> Taken {
+/// that holds the schema's data (the coordinator when none does); a fresh
+/// hand-over numbered at least `renew` even to the node already recorded
+/// (one whose release was never recorded, as the transaction that released
+/// it rolled back, asks so).
+pub fn take(schema: &str, renew: Option<i64>) -> Taken {
     let shard = match metadata::registered_shard(schema) {
         Some(s) => Shard::new(s).or_raise(),
         None if catalog::schema_oid(schema).is_none() => IdError::SchemaMissing(schema.into()).raise(),
@@ -221,22 +224,33 @@ pub fn take(schema: &str) -> Taken {
         Some(h) => (h.group, h.addr.clone()),
         None => (0, Addr { host: String::new(), port: 0 }),
     };
-    hand_over(shard, group, addr)
+    hand_over(shard, group, addr, renew)
 }
 
-/// On the coordinator: makes node group `group` (at `addr`) the one that
-/// mints `shard`, releasing it where it was minted before. The record is
-/// written in the current transaction: if it rolls back, the next
-/// hand-over releases the same node again, which answers at least as much.
-pub fn hand_over(shard: Shard, group: i32, addr: Addr) -> Taken {
+/// On the coordinator: hands `shard` to the node holding the data of the
+/// schema registered for it, or to the coordinator itself (no schema, or
+/// not a distributed one), afresh if `renew` (a coordinator whose own
+/// release was rolled back).
+fn take_back(shard: Shard, renew: bool) -> Taken {
+    let holder = metadata::registered_schema(shard.index() as i32).and_then(|s| metadata::look_up_holder(&s));
+    let (group, addr) = holder.map_or((0, Addr { host: String::new(), port: 0 }), |h| (h.group, h.addr.clone()));
+    hand_over(shard, group, addr, renew.then_some(0))
+}
+
+/// On the coordinator, in a transaction of its own (a session a node opened
+/// for the hand-over, never a caller's): makes node group `group` (at
+/// `addr`) the one that mints `shard`, releasing it where it was minted
+/// before. The lock is held, and the record written, until the transaction
+/// ends: a hand-over that rolls back leaves the record as it was, and the
+/// next one releases the same node again, which answers at least as much.
+fn hand_over(shard: Shard, group: i32, addr: Addr, renew: Option<i64>) -> Taken {
     lock(shard);
     let prev = recorded(shard);
     let (prev_group, prev_after, prev_handover) = prev.as_ref().map_or((0, None, 0), |(g, _, a, n)| (*g, Some(*a), *n));
-    if prev_group == group {
-        unlock(shard);
+    if prev_group == group && renew.is_none_or(|n| n <= prev_handover) {
         return Taken { shard, after: prev_after, group, handover: prev_handover };
     }
-    let handover = prev_handover + 1;
+    let handover = (prev_handover + 1).max(renew.unwrap_or(0));
     let released = match &prev {
         // The coordinator minted it: it stops at once, for good.
         None | Some((0, ..)) => fleet::retire_above_all(shard, true),
@@ -267,8 +281,51 @@ pub fn hand_over(shard: Shard, group: i32, addr: Addr) -> Taken {
     if group == 0 {
         fleet::raise_above(shard, after);
     }
-    unlock(shard);
     Taken { shard, after: Some(after), group, handover }
+}
+
+/// What a node asks the coordinator: the shard of a schema whose data it
+/// holds (afresh, numbered at least this, when its own release was never
+/// recorded), or, the coordinator itself, a shard back (afresh, when its
+/// own release was never recorded).
+pub enum Ask<'a> {
+    Schema(&'a str, Option<i64>),
+    Back(Shard, bool),
+}
+
+/// Asks the coordinator at `coordinator` for a hand-over, in a session of
+/// its own as the extension's owner (committed before the answer is used).
+pub fn ask(coordinator: &Addr, what: Ask<'_>, function: &'static str) -> Taken {
+    let columns = "shard::pg_catalog.text, after::pg_catalog.text, holder_group::pg_catalog.text, handover::pg_catalog.text";
+    let (sql, params) = match what {
+        Ask::Schema(name, renew) => (
+            format!("SELECT {columns} FROM {}($1::pg_catalog.text, $2::pg_catalog.int8)", catalog::qualified("citus_shard_take")),
+            vec![name.to_string(), renew.unwrap_or(0).to_string()],
+        ),
+        Ask::Back(shard, renew) => (
+            format!("SELECT {columns} FROM {}($1::pg_catalog.int4, $2::pg_catalog.bool)", catalog::qualified("citus_shard_take_back")),
+            vec![shard.index().to_string(), renew.to_string()],
+        ),
+    };
+    let who = || "the Citus coordinator".to_string();
+    let rows = libpq::call(coordinator, &Request::Sql { sql, params }, As::Owner, function, &who);
+    let taken = rows.first().and_then(|r| match &r[..] {
+        [Some(s), a, Some(g), Some(n)] => Some(Taken {
+            shard: Shard::new(s.parse().ok()?).ok()?,
+            after: a.as_ref().and_then(|a| a.parse().ok()),
+            group: g.parse().ok()?,
+            handover: n.parse().ok()?,
+        }),
+        _ => None,
+    });
+    // The coordinator's record changed: read it again (on the coordinator).
+    catalog::accept_invalidations();
+    taken.unwrap_or_else(|| IdError::Internal("the coordinator answered no hand-over".into()).raise())
+}
+
+/// The number of the hand-over that released `shard` here, if one did.
+pub fn released_in(shard: i32) -> Option<i64> {
+    find(|e| e.shard == shard && !e.held).map(|e| e.handover)
 }
 
 /// On a worker: mints `taken.shard` from now on for schema `schema`, above
@@ -316,19 +373,32 @@ fn release(shard: Shard, handover: i64) -> i64 {
     after
 }
 
+/// Refuses a hand-over function anywhere but on the coordinator.
+fn on_coordinator_only(function: &'static str) {
+    crate::mark::check_writable(function);
+    match metadata::place() {
+        Some(p) if p.group == 0 => {}
+        Some(_) => IdError::CitusWorker(function).raise(),
+        None => IdError::CitusNotANode(function).raise(),
+    }
+}
+
 /// Hands the shard registered for a distributed schema to the Citus node
 /// that holds the schema's data; run on the coordinator by that node.
 #[pg_extern(volatile, parallel_unsafe, strict)]
-fn citus_shard_take(
-    schema_name: &str,
-) -> TableIterator<'static, (name!(shard, i32), name!(after, Option<i64>), name!(holder_group, i32), name!(handover, i64))> {
-    crate::mark::check_writable("citus_shard_take");
-    match metadata::place() {
-        Some(p) if p.group == 0 => {}
-        Some(_) => IdError::CitusWorker("citus_shard_take").raise(),
-        None => IdError::CitusNotANode("citus_shard_take").raise(),
-    }
-    let t = take(schema_name);
+fn citus_shard_take(schema_name: &str, renew_from: default!(i64, 0)) -> TableIterator<'static, (name!(shard, i32), name!(after, Option<i64>), name!(holder_group, i32), name!(handover, i64))> {
+    on_coordinator_only("citus_shard_take");
+    let t = take(schema_name, (renew_from > 0).then_some(renew_from));
+    TableIterator::once((t.shard.index() as i32, t.after, t.group, t.handover))
+}
+
+/// Hands a shard back to the Citus coordinator, or to the node holding the
+/// data of the schema registered for it; run by the coordinator itself,
+/// in a session of its own, before it mints a shard a worker took.
+#[pg_extern(volatile, parallel_unsafe, strict)]
+fn citus_shard_take_back(logical_shard: i32, renew: default!(bool, false)) -> TableIterator<'static, (name!(shard, i32), name!(after, Option<i64>), name!(holder_group, i32), name!(handover, i64))> {
+    on_coordinator_only("citus_shard_take_back");
+    let t = take_back(Shard::new(logical_shard).or_raise(), renew);
     TableIterator::once((t.shard.index() as i32, t.after, t.group, t.handover))
 }
 

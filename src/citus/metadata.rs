@@ -19,7 +19,8 @@ use crate::errors::IdError;
 pub struct Place {
     /// Its node group: 0 for the coordinator.
     pub group: i32,
-    /// The coordinator, on a worker.
+    /// The coordinator (on the coordinator itself, as the others reach it,
+    /// if its own entry is there).
     pub coordinator: Option<Addr>,
 }
 
@@ -78,13 +79,12 @@ fn look_up_place() -> Option<Place> {
     );
     let row = rows.into_iter().next()?;
     let group: i32 = row[0].as_deref()?.parse().ok()?;
-    if group == 0 {
-        return Some(Place { group, coordinator: None });
-    }
-    match (&row[1], &row[2]) {
-        (Some(host), Some(port)) => Some(Place { group, coordinator: Some(Addr { host: host.clone(), port: port.parse().unwrap_or_default() }) }),
+    let coordinator = match (&row[1], &row[2]) {
+        (Some(host), Some(port)) => Some(Addr { host: host.clone(), port: port.parse().unwrap_or_default() }),
+        _ if group == 0 => None,
         _ => IdError::CitusNoCoordinator.raise(),
-    }
+    };
+    Some(Place { group, coordinator })
 }
 
 /// Where the data of schema `name` is, if it is a distributed schema with

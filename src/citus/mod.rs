@@ -123,6 +123,8 @@ struct Block {
     key: Key,
     ids: VecDeque<i64>,
     next: u32,
+    /// The logical shard of its IDs, once fetched.
+    shard: Option<i32>,
 }
 
 /// The statement the blocks belong to: the client's command (by its start
@@ -150,7 +152,7 @@ pub fn mint(call: Call<'_>, function: &'static str, here: impl Fn(Shard) -> Resu
     // Twice at most: once more after a hand-over showed what was read stale.
     for attempt in 0..2 {
         let route = match place.group {
-            0 => on_coordinator(&call, function),
+            0 => on_coordinator(&call, &place, attempt > 0, function),
             _ => on_worker(&call, &place, function),
         };
         let outcome = match route {
@@ -179,7 +181,7 @@ enum Route {
 
 /// On the coordinator: a schema's shard where its data is, every other
 /// shard here, after taking back a shard a worker took before.
-fn on_coordinator(call: &Call<'_>, function: &'static str) -> Route {
+fn on_coordinator(call: &Call<'_>, place: &metadata::Place, renew: bool, function: &'static str) -> Route {
     let schema: Option<Cow<'_, str>> = match call {
         Call::Shard(shard) => metadata::registered_schema(shard.index() as i32).map(Cow::Owned),
         Call::Schema(name, _) => Some(Cow::Borrowed(*name)),
@@ -196,8 +198,11 @@ fn on_coordinator(call: &Call<'_>, function: &'static str) -> Route {
         Call::Shard(shard) => *shard,
         Call::Schema(_, resolve) => resolve(),
     };
-    if handover::recorded_group(shard) != 0 {
-        handover::hand_over(shard, 0, Addr { host: String::new(), port: 0 });
+    // A worker took it before, or (`renew`) the coordinator's own release
+    // was never recorded: the coordinator takes it back, in a session of its own.
+    if renew || handover::recorded_group(shard) != 0 {
+        let me = place.coordinator.as_ref().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
+        handover::ask(me, handover::Ask::Back(shard, renew), function);
     }
     Route::Here(shard)
 }
@@ -240,31 +245,25 @@ fn on_worker(call: &Call<'_>, place: &metadata::Place, function: &'static str) -
     if let Some(e) = handover::held_for_schema(holder.schema) {
         return Route::Here(Shard::new(e.shard).or_raise());
     }
-    // This node holds the data but has not taken the shard: the coordinator hands it over.
-    let sql = format!(
-        "SELECT shard::pg_catalog.text, after::pg_catalog.text, holder_group::pg_catalog.text, handover::pg_catalog.text
-           FROM {}($1::pg_catalog.text)",
-        catalog::qualified("citus_shard_take")
-    );
-    let what = || "the Citus coordinator".to_string();
-    let rows = libpq::call(&coordinator(), &Request::Sql { sql, params: vec![name.to_string()] }, As::Owner, function, &what);
-    let taken = rows.first().and_then(|r| match &r[..] {
-        [Some(s), a, Some(g), Some(n)] => Some(handover::Taken {
-            shard: Shard::new(s.parse().ok()?).ok()?,
-            after: a.as_ref().and_then(|a| a.parse().ok()),
-            group: g.parse().ok()?,
-            handover: n.parse().ok()?,
-        }),
-        _ => None,
-    });
-    let Some(taken) = taken else { IdError::Internal("the coordinator answered no hand-over".into()).raise() };
-    // The coordinator's metadata places the data elsewhere by now, or the
-    // shard moved on while this answer was on its way.
-    if taken.group != place.group || !handover::adopt(&taken, holder.schema) {
-        metadata::forget();
-        IdError::CitusMovedMeanwhile { function, schema: name.into() }.raise()
+    // This node holds the data but has not taken the shard: the coordinator
+    // hands it over. Once more, afresh, if a release here is newer than the
+    // answer: either the shard moved on while the answer was on its way (the
+    // coordinator then names another node), or that release was never
+    // recorded (its hand-over rolled back).
+    let mut renew = None;
+    for _ in 0..2 {
+        let taken = handover::ask(&coordinator(), handover::Ask::Schema(name, renew), function);
+        if taken.group != place.group {
+            break;
+        }
+        if handover::adopt(&taken, holder.schema) {
+            return Route::Here(taken.shard);
+        }
+        renew = handover::released_in(taken.shard.index() as i32);
     }
-    Route::Here(taken.shard)
+    // The coordinator's metadata places the data elsewhere by now.
+    metadata::forget();
+    IdError::CitusMovedMeanwhile { function, schema: name.into() }.raise()
 }
 
 /// Refuses, on a Citus worker, what only the coordinator's state can hold.
@@ -293,7 +292,7 @@ fn forward(addr: &Addr, key: Key, function: &'static str) -> i64 {
                 None => b.next,
             },
             None => {
-                blocks.push(Block { key: key.clone(), ids: VecDeque::new(), next: 1 });
+                blocks.push(Block { key: key.clone(), ids: VecDeque::new(), next: 1, shard: None });
                 1
             }
         }
@@ -315,10 +314,20 @@ fn forward(addr: &Addr, key: Key, function: &'static str) -> i64 {
             _ => IdError::Internal("another node answered an ID that is not a bigint".into()).raise(),
         })
         .collect();
-    let first = ids.pop_front();
-    if let Some(b) = BLOCKS.borrow_mut().1.iter_mut().find(|b| b.key == key) {
-        b.ids = ids;
-        b.next = (n * 2).min(MAX_BLOCK);
+    let first = ids.pop_front().unwrap_or_else(|| IdError::Internal("another node returned no ID".into()).raise());
+    let shard = crate::core::layout::decompose(first).or_raise().shard;
+    let mut blocks = BLOCKS.borrow_mut();
+    for b in blocks.1.iter_mut() {
+        if b.key == key {
+            b.ids = std::mem::take(&mut ids);
+            b.next = (n * 2).min(MAX_BLOCK);
+            b.shard = Some(shard);
+        } else if b.shard == Some(shard) {
+            // The same shard by another call (`next_shard_id` of a schema's
+            // shard beside `next_schema_id`): what that block holds is below
+            // what was just fetched, so it is never handed out after it.
+            b.ids.clear();
+        }
     }
-    first.unwrap_or_else(|| IdError::Internal("another node returned no ID".into()).raise())
+    first
 }
