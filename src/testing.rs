@@ -87,6 +87,7 @@ mod tests {
                 "'zzzzzzzzzzzzz'",
                 "'\\000'",
             ],
+            "boolean" => &["NULL", "true", "false"],
             "uuid" => &[
                 "NULL",
                 "'00000000-0000-0000-0000-000000000000'",
