@@ -27,7 +27,8 @@ use std::collections::HashMap;
 
 use pgrx::prelude::*;
 
-use super::libpq::{self, Addr, As, Request};
+use super::libpq::{self, As, Request};
+use super::metadata::Addr;
 use super::metadata;
 use crate::backend::BackendLocal;
 use crate::core::layout::Shard;

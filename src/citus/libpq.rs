@@ -11,22 +11,10 @@ use std::time::{Duration, Instant};
 
 use pgrx::prelude::*;
 
+use super::metadata::{self, Addr};
 use crate::backend::BackendLocal;
 use crate::catalog;
 use crate::errors::IdError;
-
-/// A node, as Citus's metadata names it.
-#[derive(Clone, PartialEq, Debug)]
-pub struct Addr {
-    pub host: String,
-    pub port: i32,
-}
-
-impl Addr {
-    pub fn describe(&self) -> String {
-        format!("{}:{}", self.host, self.port)
-    }
-}
 
 /// What is asked of a node.
 pub enum Request<'a> {
@@ -129,7 +117,7 @@ fn conninfo(addr: &Addr, role: As) -> String {
         let v = pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false);
         if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
     };
-    let authinfo = super::metadata::authinfo(addr, &user);
+    let authinfo = metadata::authinfo(addr, &user);
     // The other node ends the session after 10 s unused, so idle backends
     // here (Citus keeps them for later shard queries) do not each hold one
     // of its connections; the next call reconnects.

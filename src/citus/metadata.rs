@@ -9,10 +9,22 @@ use std::rc::Rc;
 
 use pgrx::prelude::*;
 
-use super::libpq::Addr;
 use crate::backend::BackendLocal;
 use crate::catalog;
 use crate::errors::IdError;
+
+/// A node, as Citus's metadata names it.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Addr {
+    pub host: String,
+    pub port: i32,
+}
+
+impl Addr {
+    pub fn describe(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
 
 /// This database's place in a Citus cluster.
 #[derive(Clone)]

@@ -33,7 +33,8 @@ mod handover;
 mod libpq;
 mod metadata;
 
-use libpq::{Addr, As, Request};
+use libpq::{As, Request};
+use metadata::Addr;
 
 use crate::backend::BackendLocal;
 use crate::catalog;
