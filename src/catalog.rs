@@ -82,7 +82,9 @@ pub fn query_rows<R>(
 /// sessions committed since those began. For state that decides where IDs
 /// are minted (Citus's metadata, when a node joins), which must never be
 /// read as it was. `args` are `$1`, `$2`... as text.
-pub fn query_text_rows_now(sql: &CStr, args: &[&str]) -> Vec<Vec<Option<String>>> {
+pub fn query_text_rows_now(sql: &str, args: &[&str]) -> Vec<Vec<Option<String>>> {
+    // SQL text never holds a NUL byte.
+    let sql = std::ffi::CString::new(sql).unwrap_or_default();
     pinned(|| {
         Spi::connect(|_| {
             let mut types = vec![pg_sys::TEXTOID; args.len()];

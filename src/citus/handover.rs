@@ -172,7 +172,6 @@ fn recorded(shard: Shard) -> Option<(i32, Addr, i64, i64)> {
            FROM {} WHERE shard OPERATOR(pg_catalog.=) $1::pg_catalog.int4",
         catalog::qualified("citus_shard_holders")
     );
-    let sql = std::ffi::CString::new(sql).unwrap_or_default();
     let row = catalog::as_superuser(|| catalog::query_text_rows_now(&sql, &[&shard.index().to_string()])).into_iter().next()?;
     match &row[..] {
         [Some(g), Some(host), Some(port), Some(after), Some(n)] => Some((
@@ -193,7 +192,6 @@ pub fn recorded_group(shard: Shard) -> i32 {
     let mut r = RECORD.borrow_mut();
     if r.as_ref().is_none_or(|(g, _)| *g != generation) {
         let sql = format!("SELECT shard::pg_catalog.text, holder_group::pg_catalog.text FROM {}", catalog::qualified("citus_shard_holders"));
-        let sql = std::ffi::CString::new(sql).unwrap_or_default();
         let rows = match catalog::relation(c"citus_shard_holders") {
             Some(_) => catalog::as_superuser(|| catalog::query_text_rows_now(&sql, &[])),
             None => vec![],
@@ -221,11 +219,7 @@ pub fn take(schema: &str, renew: Option<i64>) -> Taken {
         None if catalog::schema_oid(schema).is_none() => IdError::SchemaMissing(schema.into()).raise(),
         None => IdError::SchemaNotRegistered(schema.into()).raise(),
     };
-    let (group, addr) = match metadata::look_up_holder(schema) {
-        Some(h) => (h.group, h.addr.clone()),
-        None => (0, Addr { host: String::new(), port: 0 }),
-    };
-    hand_over(shard, group, addr, renew)
+    hand_over(shard, metadata::look_up_holder(schema), renew)
 }
 
 /// On the coordinator: hands `shard` to the node holding the data of the
@@ -234,17 +228,17 @@ pub fn take(schema: &str, renew: Option<i64>) -> Taken {
 /// release was rolled back).
 fn take_back(shard: Shard, renew: bool) -> Taken {
     let holder = metadata::registered_schema(shard.index() as i32).and_then(|s| metadata::look_up_holder(&s));
-    let (group, addr) = holder.map_or((0, Addr { host: String::new(), port: 0 }), |h| (h.group, h.addr.clone()));
-    hand_over(shard, group, addr, renew.then_some(0))
+    hand_over(shard, holder, renew.then_some(0))
 }
 
 /// On the coordinator, in a transaction of its own (a session a node opened
-/// for the hand-over, never a caller's): makes node group `group` (at
-/// `addr`) the one that mints `shard`, releasing it where it was minted
-/// before. The lock is held, and the record written, until the transaction
+/// for the hand-over, never a caller's): makes the node holding the data
+/// (`holder`; the coordinator when none does) the one that mints `shard`,
+/// releasing it where it was minted before. The lock is held, and the record written, until the transaction
 /// ends: a hand-over that rolls back leaves the record as it was, and the
 /// next one releases the same node again, which answers at least as much.
-fn hand_over(shard: Shard, group: i32, addr: Addr, renew: Option<i64>) -> Taken {
+fn hand_over(shard: Shard, holder: Option<metadata::Holder>, renew: Option<i64>) -> Taken {
+    let (group, addr) = holder.map_or((0, Addr { host: String::new(), port: 0 }), |h| (h.group, h.addr));
     lock(shard);
     let prev = recorded(shard);
     let (prev_group, prev_after, prev_handover) = prev.as_ref().map_or((0, None, 0), |(g, _, a, n)| (*g, Some(*a), *n));

@@ -84,7 +84,7 @@ fn look_up_place() -> Option<Place> {
         return None;
     }
     let rows = catalog::query_text_rows_now(
-        c"SELECT l.groupid::text, n.nodename::text, n.nodeport::text
+        "SELECT l.groupid::text, n.nodename::text, n.nodeport::text
             FROM pg_catalog.pg_dist_local_group l
             LEFT JOIN pg_catalog.pg_dist_node n ON n.groupid = 0 AND n.noderole = 'primary'",
         &[],
@@ -127,7 +127,7 @@ pub fn look_up_holder(name: &str) -> Option<Holder> {
     // The newest placement of any table colocated with the schema (during a
     // move both may be listed for a moment, within Citus's transaction).
     let rows = catalog::query_text_rows_now(
-        c"SELECT p.groupid::text, d.nodename::text, d.nodeport::text, n.oid::text
+        "SELECT p.groupid::text, d.nodename::text, d.nodeport::text, n.oid::text
             FROM pg_catalog.pg_namespace n
             JOIN pg_catalog.pg_dist_schema s ON s.schemaid = n.oid
             JOIN LATERAL (SELECT pl.groupid FROM pg_catalog.pg_dist_partition dp
@@ -153,14 +153,23 @@ pub fn look_up_holder(name: &str) -> Option<Holder> {
 /// The schema registered (in this database's registry) for a logical
 /// shard, on the coordinator, where the registry is kept.
 pub fn registered_schema(shard: i32) -> Option<String> {
-    static REGISTERED: BackendLocal<Option<(u64, HashMap<i32, Option<String>>)>> = BackendLocal::new(None);
+    static REGISTERED: Memo<i32, Option<String>> = BackendLocal::new(None);
+    memo(&REGISTERED, shard, || registry_row("r.shard::pg_catalog.text", &shard.to_string()).map(|(name, _)| name))
+}
+
+/// Answers looked up by key, kept until the next invalidation.
+type Memo<K, V> = BackendLocal<Option<(u64, HashMap<K, V>)>>;
+
+/// `memo`'s answer for `key`, looked up with `look_up` when it has none
+/// since the last invalidation.
+fn memo<K: std::hash::Hash + Eq, V: Clone>(memo: &Memo<K, V>, key: K, look_up: impl FnOnce() -> V) -> V {
     let generation = catalog::generation();
-    let mut r = REGISTERED.borrow_mut();
-    if r.as_ref().is_none_or(|(g, _)| *g != generation) {
-        *r = Some((generation, HashMap::new()));
+    let mut m = memo.borrow_mut();
+    if m.as_ref().is_none_or(|(g, _)| *g != generation) {
+        *m = Some((generation, HashMap::new()));
     }
-    let (_, map) = r.as_mut().expect("filled above");
-    map.entry(shard).or_insert_with(|| registry_row("r.shard::pg_catalog.text", &shard.to_string()).map(|(name, _)| name)).clone()
+    let (_, map) = m.as_mut().expect("filled above");
+    map.entry(key).or_insert_with(look_up).clone()
 }
 
 /// The shard registered for schema `name` (read now), on the coordinator.
@@ -177,7 +186,6 @@ fn registry_row(column: &str, value: &str) -> Option<(String, i32)> {
           WHERE {column} OPERATOR(pg_catalog.=) $1",
         catalog::qualified("shard_schema_registry")
     );
-    let sql = std::ffi::CString::new(sql).unwrap_or_default();
     let row = catalog::query_text_rows_now(&sql, &[value]).into_iter().next()?;
     match &row[..] {
         [Some(name), Some(shard)] => Some((name.clone(), shard.parse().ok()?)),
@@ -191,28 +199,19 @@ fn registry_row(column: &str, value: &str) -> Option<(String, i32)> {
 /// readable by other roles), kept until the next invalidation (Citus sends
 /// one when the table changes), never shown.
 pub fn authinfo(addr: &Addr, role: &str) -> String {
-    static AUTHINFO: BackendLocal<Option<(u64, HashMap<(String, i32, String), String>)>> = BackendLocal::new(None);
-    let generation = catalog::generation();
-    let mut a = AUTHINFO.borrow_mut();
-    if a.as_ref().is_none_or(|(g, _)| *g != generation) {
-        *a = Some((generation, HashMap::new()));
-    }
-    let (_, map) = a.as_mut().expect("filled above");
-    let key = (addr.host.clone(), addr.port, role.to_owned());
-    map.entry(key)
-        .or_insert_with(|| {
-            let rows = catalog::as_superuser(|| {
-                catalog::query_text_rows_now(
-                    c"SELECT a.authinfo FROM pg_catalog.pg_dist_authinfo a
-                       WHERE a.rolename = $3::pg_catalog.name
-                         AND (a.nodeid = 0 OR a.nodeid = (SELECT n.nodeid FROM pg_catalog.pg_dist_node n
-                                                           WHERE n.nodename = $1 AND n.nodeport = $2::pg_catalog.int4
-                                                           ORDER BY n.noderole = 'primary' DESC LIMIT 1))
-                       ORDER BY a.nodeid = 0 LIMIT 1",
-                    &[&addr.host, &addr.port.to_string(), role],
-                )
-            });
-            rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()).unwrap_or_default()
-        })
-        .clone()
+    static AUTHINFO: Memo<(String, i32, String), String> = BackendLocal::new(None);
+    memo(&AUTHINFO, (addr.host.clone(), addr.port, role.to_owned()), || {
+        let rows = catalog::as_superuser(|| {
+            catalog::query_text_rows_now(
+                "SELECT a.authinfo FROM pg_catalog.pg_dist_authinfo a
+                   WHERE a.rolename = $3::pg_catalog.name
+                     AND (a.nodeid = 0 OR a.nodeid = (SELECT n.nodeid FROM pg_catalog.pg_dist_node n
+                                                       WHERE n.nodename = $1 AND n.nodeport = $2::pg_catalog.int4
+                                                       ORDER BY n.noderole = 'primary' DESC LIMIT 1))
+                   ORDER BY a.nodeid = 0 LIMIT 1",
+                &[&addr.host, &addr.port.to_string(), role],
+            )
+        });
+        rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()).unwrap_or_default()
+    })
 }
