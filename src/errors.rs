@@ -109,6 +109,10 @@ pub enum IdError {
     CitusStillHolds { shard: i32, schema: String },
     /// The Citus node that mints (`what`) cannot be reached.
     CitusUnreachable { what: String, node: String, function: &'static str, why: String },
+    /// A session another Citus node opened here, when only reserved slots are free.
+    CitusReservedSlots { reserved: i32 },
+    /// This server's sessions keep the most connections allowed to a node.
+    CitusTooManyConnections { node: String, function: &'static str, limit: u32, waited_s: u64 },
     /// An error another Citus node raised, raised again as it was there.
     Relayed { sqlstate: String, message: String, detail: Option<String>, hint: Option<String> },
     /// A failure of pgrx's SPI layer itself (not of the SQL it ran, which
@@ -172,6 +176,7 @@ impl IdError {
             }
             CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             CitusUnreachable { .. } => ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+            CitusReservedSlots { .. } | CitusTooManyConnections { .. } => ERRCODE_TOO_MANY_CONNECTIONS,
             Relayed { sqlstate, .. } => sqlstate_code(sqlstate),
             Internal(_) => ERRCODE_INTERNAL_ERROR,
         }
@@ -427,6 +432,16 @@ impl IdError {
                 format!("{function} cannot reach {what} at {node}"),
                 Some(why.clone()),
                 Some("On a Citus cluster the node holding a distributed schema mints its shard, and the coordinator every other shard: check that it runs and accepts this role's connections from this node (citus.node_conninfo, pg_hba.conf, .pgpass).".into()),
+            ),
+            CitusReservedSlots { reserved } => (
+                "remaining connection slots are reserved for administrators, not for pg_idgen's sessions from other Citus nodes".into(),
+                Some(format!("Only the {reserved} slots kept by superuser_reserved_connections and reserved_connections are free; a session another node opens to mint here never takes them, whatever its role.")),
+                Some("Raise max_connections on this node, or lower pg_idgen.citus_max_connections_per_node on the others.".into()),
+            ),
+            CitusTooManyConnections { node, function, limit, waited_s } => (
+                format!("{function} found no free connection to the Citus node at {node}"),
+                Some(format!("This server's sessions keep {limit} connections open to that node (pg_idgen.citus_max_connections_per_node), and none was closed within {waited_s} s.")),
+                Some("Raise pg_idgen.citus_max_connections_per_node, or mint through the node that holds the data.".into()),
             ),
             Relayed { message, detail, hint, .. } => (message.clone(), detail.clone(), hint.clone()),
             Internal(e) => (format!("pg_idgen internal error: {e}"), None, None),

@@ -7,8 +7,8 @@
 //! ObjectID), `status`. Behind them: `mark` (the persisted high-water mark),
 //! `epoch` (the epoch each database records), `fleet` (the server's shard
 //! ownership, in shared memory), `planner` (time filters as key ranges),
-//! `catalog` (the one door to the catalog), `citus` (one minter per Citus
-//! cluster: workers forward to the coordinator), `shared` (shared memory),
+//! `catalog` (the one door to the catalog), `citus` (on a Citus cluster,
+//! the node holding a shard's data mints it; others forward to it), `shared` (shared memory),
 //! `settings` (GUCs), `backend`, `clock`, `random`, and `errors` (every
 //! error and the one way to raise it).
 
@@ -50,6 +50,7 @@ pub extern "C-unwind" fn _PG_init() {
         settings::set_preloaded();
     }
     settings::register(preloading);
+    citus::register_settings();
     if preloading {
         shared::init(mark::restart_state);
         mark::init();

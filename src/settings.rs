@@ -21,7 +21,6 @@ static FLEET_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString
 static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(1000);
 static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 static TRACK_STATUS: GucSetting<bool> = GucSetting::<bool>::new(true);
-static FORWARDED: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// Set in the postmaster while preloading; backends inherit it through fork.
 static PRELOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -99,16 +98,6 @@ pub fn register(preloading: bool) {
         GucContext::Userset,
         GucFlags::default(),
     );
-    GucRegistry::define_int_guc(
-        c"pg_idgen.forwarded",
-        c"How many times the call this session serves was forwarded between Citus nodes.",
-        c"Set by pg_idgen when a Citus node opens a session on another to mint there; a call is forwarded at most twice.",
-        &FORWARDED,
-        0,
-        2,
-        GucContext::Backend,
-        GucFlags::default(),
-    );
     GucRegistry::define_string_guc(
         c"pg_idgen.public_id_key",
         c"The 128-bit key (32 hexadecimal digits) of id_public() and id_from_public().",
@@ -172,10 +161,4 @@ pub fn max_clock_lead_ms() -> i64 {
     // thread; `GucSetting::get` would check the thread first at a cost the
     // minting path feels.
     (unsafe { *MAX_CLOCK_LEAD_MS.as_ptr() }) as i64
-}
-
-/// `pg_idgen.forwarded`: 0 in a client's session, 1 or 2 in a session a
-/// Citus node opened on this one to mint here.
-pub fn forwarded() -> usize {
-    FORWARDED.get().clamp(0, 2) as usize
 }

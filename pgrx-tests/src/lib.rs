@@ -323,6 +323,11 @@ impl Server {
     pub fn client_as(&self, db: &str, user: &str) -> Client {
         connect(&format!("host={} port={PORT} user={user} dbname={db}", self.dir.display()), || self.log())
     }
+
+    /// One attempt at a session of role `user` in database `db`.
+    pub fn try_client_as(&self, db: &str, user: &str) -> Result<Client, postgres::Error> {
+        Client::connect(&format!("host={} port={PORT} user={user} dbname={db}", self.dir.display()), NoTls)
+    }
 }
 
 impl Drop for Server {

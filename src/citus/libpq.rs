@@ -2,9 +2,10 @@
 //! loaded (`citus.so` links it), found with `dlopen`; pg_idgen does not
 //! link it. Each backend keeps a few connections, one per node it calls
 //! (and per hop, below), as the calling role in the same database with
-//! Citus's own `citus.node_conninfo`. Every wait can be cancelled and is
-//! bounded: connecting by [`CONNECT_TIMEOUT`], an answer by
-//! [`ANSWER_TIMEOUT`].
+//! Citus's own `citus.node_conninfo`, within the server's count of
+//! connections to each node (see [`pool`]). Every wait can be cancelled and
+//! is bounded: for a free connection by [`pool::WAIT`], connecting by
+//! [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use pgrx::prelude::*;
 
 use super::metadata::{self, Addr};
+use super::pool::{self, Slot};
 use crate::backend::BackendLocal;
 use crate::catalog;
 use crate::errors::IdError;
@@ -43,7 +45,7 @@ pub const FORWARDING: &str = "pg_idgen forwarding";
 /// connection start: a node whose library predates it refuses the session,
 /// so calls never go round between versions).
 pub fn hop() -> usize {
-    crate::settings::forwarded()
+    pool::forwarded()
 }
 
 /// Has `addr` answer `request`, with the rows of text it answers;
@@ -162,14 +164,30 @@ struct Connection {
     key: String,
     conn: *mut c_void,
     state: State,
+    /// Its place in the server's count of connections to the node.
+    slot: Slot,
 }
 
 /// The backend's connections, the most recently used last.
 static CONNECTIONS: BackendLocal<Vec<Connection>> = BackendLocal::new(Vec::new());
 
+/// Closes a connection and gives its slot back.
 fn finish(c: Connection) {
     // SAFETY: a connection libpq made and nobody else holds.
     unsafe { (libpq().finish)(c.conn) };
+}
+
+/// Closes the connections that another backend waits for (see
+/// `Slot::should_yield`): at the end of each transaction, and while this
+/// backend itself waits for one.
+fn yield_to_waiters() {
+    let gone: Vec<Connection> = {
+        let mut all = CONNECTIONS.borrow_mut();
+        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.slot.should_yield());
+        *all = kept;
+        gone
+    };
+    gone.into_iter().for_each(finish);
 }
 
 fn drop_connection(info: &str) {
@@ -217,7 +235,8 @@ fn connection(
         (all.len() >= MAX_CONNECTIONS).then(|| all.remove(0))
     };
     oldest.into_iter().for_each(finish);
-    register_exit_once();
+    register_callbacks_once();
+    let slot = pool::acquire(addr, function, &yield_to_waiters);
     let l = libpq();
     let fail = |f: Failure| -> ! {
         drop_connection(info);
@@ -233,9 +252,10 @@ fn connection(
     unsafe {
         let conn = (l.connect_start)(cinfo.as_ptr());
         if conn.is_null() {
+            drop(slot);
             fail(Failure::Broken("out of memory".into()))
         }
-        CONNECTIONS.borrow_mut().push(Connection { info: info.to_owned(), key, conn, state: State::Opening });
+        CONNECTIONS.borrow_mut().push(Connection { info: info.to_owned(), key, conn, state: State::Opening, slot });
         if let Err(f) = connect(l, conn) {
             fail(f)
         }
@@ -347,12 +367,22 @@ unsafe fn round_trip<T>(
     }
 }
 
-fn register_exit_once() {
+fn register_callbacks_once() {
     static REGISTERED: BackendLocal<bool> = BackendLocal::new(false);
     if !REGISTERED.get() {
         REGISTERED.set(true);
-        // SAFETY: registers a callback that only closes our connections.
-        unsafe { pg_sys::on_proc_exit(Some(close_at_exit), pg_sys::Datum::from(0)) };
+        // SAFETY: registers callbacks that only close our connections.
+        unsafe {
+            pg_sys::on_proc_exit(Some(close_at_exit), pg_sys::Datum::from(0));
+            pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
+    use pg_sys::XactEvent::*;
+    if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
+        yield_to_waiters();
     }
 }
 

@@ -32,6 +32,7 @@ use pgrx::prelude::*;
 mod handover;
 mod libpq;
 mod metadata;
+mod pool;
 
 use libpq::{As, Request};
 use metadata::Addr;
@@ -55,12 +56,19 @@ pub fn init() {
     let citus = unsafe { !pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false).is_null() };
     PRELOADED.store(citus, Ordering::Relaxed);
     if citus {
+        pool::init();
         // SAFETY: chains the previous hook, in the postmaster before any backend starts.
         unsafe {
             PREV_ANALYZE = pg_sys::post_parse_analyze_hook;
             pg_sys::post_parse_analyze_hook = Some(statement_analyzed);
         }
     }
+}
+
+/// Defines `pg_idgen.forwarded` and `pg_idgen.citus_max_connections_per_node`
+/// (see [`pool`]), preloaded or not.
+pub fn register_settings() {
+    pool::register_settings();
 }
 
 static mut PREV_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
