@@ -8,9 +8,9 @@
 //! `epoch` (the epoch each database records), `fleet` (the server's shard
 //! ownership, in shared memory), `planner` (time filters as key ranges),
 //! `catalog` (the one door to the catalog), `citus` (on a Citus cluster,
-//! the node holding a shard's data mints it; others forward to it), `shared` (shared memory),
-//! `settings` (GUCs), `backend`, `clock`, `random`, and `errors` (every
-//! error and the one way to raise it).
+//! the node holding a shard's data mints it; others forward to it),
+//! `shared` (shared memory), `settings` (GUCs), `backend`, `clock`,
+//! `random`, and `errors` (every error and the one way to raise it).
 
 use pgrx::prelude::*;
 

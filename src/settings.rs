@@ -1,4 +1,4 @@
-//! The server settings (`pg_idgen.*`).
+//! The server settings (`pg_idgen.*`); Citus's two are defined in `citus`.
 
 use std::ffi::{CStr, CString};
 

@@ -118,7 +118,7 @@ mod citus {
     }
 
     /// The schema moves from the first worker, whose clock runs 30 s ahead,
-    /// to the second, while every node inserts: no ID repeats, no insert
+    /// to the second, while three sessions on every node insert: no ID repeats, no insert
     /// fails, each client's IDs rise (so the new holder's first ID is above
     /// the old holder's last). Then, with the old holder stopped, inserts
     /// through the new holder and the coordinator go on: nothing asks it.
@@ -130,9 +130,10 @@ mod citus {
         let mut c = cluster.coordinator.client();
         let target = node_name(&cluster.workers[1]);
         let nodes = cluster.nodes();
-        let clients: Vec<Client> = nodes.iter().map(|n| n.client_as("postgres", "app")).collect();
-        // Each client goes on for 100 inserts after the move, so the new holder
-        // takes the shard over while every node inserts.
+        // Three clients per node, each going on for 100 inserts after the
+        // move: the new holder's sessions, and those other nodes open on it,
+        // race to take the shard over while every node inserts.
+        let clients: Vec<Client> = nodes.iter().flat_map(|n| (0..3).map(move |_| n.client_as("postgres", "app"))).collect();
         let (moved, per_node) = while_inserting(clients, 100, 300, |i, _, a| insert(a, i as i32, "y"), || {
             cluster.coordinator.client().execute(
                 "SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')",
@@ -144,8 +145,8 @@ mod citus {
         let mut all = HashSet::new();
         let mut total = 0;
         for (i, (ids, failed)) in per_node.iter().enumerate() {
-            assert!(failed.is_empty(), "node {i}: failed inserts: {failed:?}");
-            assert!(ids.windows(2).all(|w| w[0] < w[1]), "node {i}: an ID below an earlier one of shard 101");
+            assert!(failed.is_empty(), "client {i} (node {}): failed inserts: {failed:?}", i / 3);
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "client {i} (node {}): an ID below an earlier one of shard 101", i / 3);
             total += ids.len();
             all.extend(ids.iter().copied());
         }
