@@ -110,7 +110,7 @@ pub enum IdError {
     /// The Citus node that mints (`what`) cannot be reached.
     CitusUnreachable { what: String, node: String, function: &'static str, why: String },
     /// A session another Citus node opened here, when only reserved slots are free.
-    CitusReservedSlots { reserved: i32 },
+    CitusReservedSlots { reserved: i32, settings: &'static str },
     /// This server's sessions keep the most connections allowed to a node.
     CitusTooManyConnections { node: String, function: &'static str, limit: u32, waited_s: u64 },
     /// An error another Citus node raised, raised again as it was there.
@@ -433,9 +433,9 @@ impl IdError {
                 Some(why.clone()),
                 Some("On a Citus cluster the node holding a distributed schema mints its shard, and the coordinator every other shard: check that it runs and accepts this role's connections from this node (citus.node_conninfo, pg_hba.conf, .pgpass).".into()),
             ),
-            CitusReservedSlots { reserved } => (
-                "remaining connection slots are reserved for administrators, not for pg_idgen's sessions from other Citus nodes".into(),
-                Some(format!("Only the {reserved} slots kept by superuser_reserved_connections and reserved_connections are free; a session another node opens to mint here never takes them, whatever its role.")),
+            CitusReservedSlots { reserved, settings } => (
+                "remaining connection slots are reserved for administrators, not for pg_idgen's sessions from other nodes".into(),
+                Some(format!("Only the {reserved} slots kept by {settings} are free; a session another node opens to mint here (pg_idgen.forwarded set) never takes them, whatever its role.")),
                 Some("Raise max_connections on this node, or lower pg_idgen.citus_max_connections_per_node on the others.".into()),
             ),
             CitusTooManyConnections { node, function, limit, waited_s } => (

@@ -1,13 +1,15 @@
 //! pg_idgen's connections between Citus nodes: a server's sessions keep at
 //! most `pg_idgen.citus_max_connections_per_node` open to another node (a
-//! session needing one more waits, and gives up with 53300 after 10 s), busy
-//! sessions share them without a failure, and a session another node opens
-//! never takes the slots kept for administrators, even as a superuser.
+//! session needing one more takes the place of one unused for 4 s, or waits
+//! and gives up with 53300 after 10 s), busy sessions share them without a
+//! failure, and a session another node opens never takes the slots kept for
+//! administrators, even as a superuser.
 //! Needs Citus (scripts/citus); scripts/test filters these tests out, and
 //! counts them as skipped, where it is missing.
 
 mod citus {
     use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     use pg_idgen_e2e::citus::{failure, Cluster};
@@ -25,13 +27,15 @@ mod citus {
     }
 
     /// With one connection allowed from the worker to the coordinator (which
-    /// mints shard 7), a session there minting inside an open transaction
-    /// keeps it: a second session waits, opening none (the coordinator
-    /// counts one forwarded session all along), and gets its ID once the
-    /// first commits; a third, while the first keeps it again, gives up
-    /// after 10 s with 53300. Then 8 sessions minting one ID per
-    /// transaction share two connections: no failure, no duplicate, each
-    /// session's IDs rising.
+    /// mints shard 7): session A mints in a transaction it keeps open; B
+    /// waits, opening none (the coordinator counts one forwarded session all
+    /// along), and takes A's place once A's connection has gone unused for
+    /// 4 s (the coordinator ended that session after 2 s), though A's
+    /// transaction is still open; A's next mint in it connects again. A
+    /// session minting without pause inside one transaction keeps its
+    /// connection: another gives up after 10 s with 53300. Then 8 sessions
+    /// minting one ID per transaction share two connections: no failure, no
+    /// duplicate, each session's IDs rising.
     #[test]
     fn a_workers_sessions_share_a_bounded_number_of_connections_to_a_node() {
         let cluster = Cluster::start("citus_pool", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
@@ -41,66 +45,92 @@ mod citus {
         let first = mint(&mut a).unwrap_or_else(|e| panic!("{}", failure(&e)));
         assert_eq!(forwarding_sessions(&cluster.coordinator), 1);
 
-        let waiting_is_seen = |name: &str| {
-            let mut w = worker.client();
-            eventually(30, &format!("session {name} waits on the worker"), || {
-                let n: i64 = w
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Extension'",
-                        &[&name],
-                    )
-                    .unwrap()
-                    .get(0);
-                n == 1
-            });
-        };
         let second = std::thread::scope(|s| {
             let b = s.spawn(|| {
                 let mut b = worker.client();
                 b.batch_execute("SET application_name = 'second'").unwrap();
                 mint(&mut b)
             });
-            waiting_is_seen("second");
-            // Waiting, it opened nothing; the first keeps its connection for
-            // at least 100 ms (this sleep only makes sure of that).
-            for _ in 0..5 {
-                assert_eq!(forwarding_sessions(&cluster.coordinator), 1, "a waiting session opened a connection");
+            let mut w = worker.client();
+            eventually(30, "session second waits on the worker", || {
+                let n: i64 = w
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'second' AND state = 'active' AND wait_event_type = 'Extension'",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                n == 1
+            });
+            // Until it has minted, one forwarded session at most (at most 300 looks).
+            for _ in 0..300 {
+                if b.is_finished() {
+                    break;
+                }
+                assert!(forwarding_sessions(&cluster.coordinator) <= 1, "a waiting session opened a connection");
                 std::thread::sleep(Duration::from_millis(100));
             }
-            a.batch_execute("COMMIT").unwrap();
             b.join().unwrap()
         });
         let second = second.unwrap_or_else(|e| panic!("the waiting session: {}", failure(&e)));
         assert!(second > first, "{second} after {first}");
+        let again = mint(&mut a).unwrap_or_else(|e| panic!("A again, in its open transaction: {}", failure(&e)));
+        assert!(again > second, "{again} after {second}");
+        a.batch_execute("COMMIT").unwrap();
+        drop(a);
 
-        // A session keeps its connection to the end of its transaction:
-        // another one gives up after 10 s.
-        let mut b2 = worker.client();
-        b2.batch_execute("BEGIN").unwrap();
-        let kept = mint(&mut b2).unwrap_or_else(|e| panic!("{}", failure(&e)));
-        let started = Instant::now();
-        let mut c = worker.client();
-        let e = mint(&mut c).unwrap_err();
+        // A session minting without pause inside one transaction.
+        let (stop, started) = (AtomicBool::new(false), AtomicBool::new(false));
+        let (busy, refused, waited) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let mut h = worker.client();
+                h.batch_execute("BEGIN").unwrap();
+                let since = Instant::now();
+                let mut ids = vec![];
+                while !stop.load(Ordering::Relaxed) && since.elapsed() < Duration::from_secs(60) {
+                    ids.push(mint(&mut h).map_err(|e| failure(&e)));
+                    started.store(true, Ordering::Relaxed);
+                }
+                h.batch_execute("COMMIT").unwrap();
+                ids
+            });
+            eventually(30, "the busy session minted", || started.load(Ordering::Relaxed));
+            let mut c = worker.client();
+            let t0 = Instant::now();
+            let refused = mint(&mut c);
+            let waited = t0.elapsed();
+            stop.store(true, Ordering::Relaxed);
+            (h.join().unwrap(), refused, waited)
+        });
+        let e = refused.unwrap_err();
         let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
         assert_eq!(db.code().code(), "53300", "{}", db.message());
         assert!(db.message().starts_with("next_shard_id found no free connection to the Citus node at "), "{}", db.message());
-        assert!(started.elapsed() >= Duration::from_secs(10), "gave up after {:?}", started.elapsed());
-        assert!(forwarding_sessions(&cluster.coordinator) <= 1);
-        b2.batch_execute("COMMIT").unwrap();
-        drop((a, b2, c));
+        assert!(waited >= Duration::from_secs(10), "gave up after {waited:?}");
+        let busy: Vec<i64> = busy.into_iter().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("the busy session: {e}"));
+        assert!(busy.len() > 10 && busy.windows(2).all(|w| w[0] < w[1]) && busy[0] > again);
 
-        // Eight sessions, two connections, one ID per transaction.
+        // Eight sessions, two connections, one ID per transaction, each going
+        // on until every one has minted (so none of the first two stops
+        // before the others had their turn), at least 40 IDs, at most 60 s.
         worker.append_conf("pg_idgen.citus_max_connections_per_node = 2");
         worker.client().batch_execute("SELECT pg_reload_conf()").unwrap();
+        let have_minted = AtomicUsize::new(0);
         let per_session: Vec<(Vec<i64>, Vec<String>)> = std::thread::scope(|s| {
             let sessions: Vec<_> = (0..8)
                 .map(|_| {
                     s.spawn(|| {
                         let mut c = worker.client();
                         let (mut ids, mut failed) = (vec![], vec![]);
-                        for _ in 0..40 {
+                        let since = Instant::now();
+                        while (ids.len() < 40 || have_minted.load(Ordering::Relaxed) < 8) && since.elapsed() < Duration::from_secs(60) {
                             match mint(&mut c) {
-                                Ok(id) => ids.push(id),
+                                Ok(id) => {
+                                    if ids.is_empty() {
+                                        have_minted.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    ids.push(id)
+                                }
                                 Err(e) => failed.push(failure(&e)),
                             }
                         }
@@ -111,10 +141,13 @@ mod citus {
             sessions.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let failed: Vec<&String> = per_session.iter().flat_map(|(_, f)| f).collect();
-        assert!(failed.is_empty(), "{} of 320 failed: {:?}", failed.len(), failed.first());
+        let minted: usize = per_session.iter().map(|(ids, _)| ids.len()).sum();
+        assert!(failed.is_empty(), "{} calls failed ({minted} minted): {:?}", failed.len(), failed.first());
+        assert_eq!(have_minted.load(Ordering::Relaxed), 8);
         assert!(per_session.iter().all(|(ids, _)| ids.windows(2).all(|w| w[0] < w[1])), "a session's IDs did not rise");
-        let all: HashSet<i64> = per_session.iter().flat_map(|(ids, _)| ids.iter().copied()).chain([first, second, kept]).collect();
-        assert_eq!(all.len(), 323, "duplicate IDs");
+        let all: HashSet<i64> =
+            per_session.iter().flat_map(|(ids, _)| ids.iter().copied()).chain(busy.iter().copied()).chain([first, second, again]).collect();
+        assert_eq!(all.len(), minted + busy.len() + 3, "duplicate IDs");
     }
 
     /// The coordinator keeps one slot for administrators, and ordinary

@@ -83,10 +83,6 @@ fn statements() -> [(&'static CStr, String, [pg_sys::Oid; 2]); 2] {
     ]
 }
 
-/// How long another node keeps a forwarding session that is not used
-/// (reconnecting costs a few milliseconds).
-const IDLE_MS: u32 = 10_000;
-
 /// How long connecting to another node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -120,16 +116,18 @@ fn conninfo(addr: &Addr, role: As) -> String {
         if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
     };
     let authinfo = metadata::authinfo(addr, &user);
-    // The other node ends the session after 10 s unused, so idle backends
-    // here (Citus keeps them for later shard queries) do not each hold one
-    // of its connections; the next call reconnects.
+    // The other node ends the session after pool::IDLE unused, so idle
+    // backends here (Citus keeps them for later shard queries) do not each
+    // hold one of its connections, and their slots can be taken (see
+    // `pool`); the next call reconnects, in a few milliseconds.
     format!(
-        "host={} port={} dbname={} user={} application_name={} options='-c idle_session_timeout={IDLE_MS} -c statement_timeout={} -c pg_idgen.forwarded={}' {extra} {authinfo}",
+        "host={} port={} dbname={} user={} application_name={} options='-c idle_session_timeout={} -c statement_timeout={} -c pg_idgen.forwarded={}' {extra} {authinfo}",
         quote(&addr.host),
         addr.port,
         quote(&db),
         quote(&user),
         quote(FORWARDING),
+        pool::IDLE.as_millis(),
         ANSWER_TIMEOUT.as_millis(),
         (hop() + 1).min(2),
     )
@@ -147,9 +145,10 @@ enum Failure {
 enum State {
     /// Being opened, or its statements being prepared.
     Opening,
-    /// Ready for a call.
+    /// Ready for a call, its slot not in use.
     Idle,
-    /// A call was sent and its answer not read.
+    /// Given out for a call, its slot in use; or a call was sent and its
+    /// answer not read.
     Busy,
 }
 
@@ -177,13 +176,12 @@ fn finish(c: Connection) {
     unsafe { (libpq().finish)(c.conn) };
 }
 
-/// Closes the connections that another backend waits for (see
-/// `Slot::should_yield`): at the end of each transaction, and while this
-/// backend itself waits for one.
+/// At the end of a transaction, closes the connections that a backend
+/// waiting for one to their node should have (see `Slot::should_yield`).
 fn yield_to_waiters() {
     let gone: Vec<Connection> = {
         let mut all = CONNECTIONS.borrow_mut();
-        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.slot.should_yield());
+        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.should_yield());
         *all = kept;
         gone
     };
@@ -203,11 +201,34 @@ fn drop_connection(info: &str) {
 fn set_state(info: &str, state: State) {
     if let Some(c) = CONNECTIONS.borrow_mut().iter_mut().find(|c| c.info == info) {
         c.state = state;
+        if state == State::Idle {
+            c.slot.end_call();
+        }
+    }
+}
+
+/// Closes the connection for `info` unless [`Pending::done`] is called
+/// first: a cancel or an error leaving a connection half opened, or with an
+/// answer nobody will read, gives its slot back at once.
+struct Pending<'a>(Option<&'a str>);
+
+impl Pending<'_> {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(info) = self.0 {
+            drop_connection(info);
+        }
     }
 }
 
 /// The open connection for `info` with `statements` prepared, made (or
-/// remade) if needed; every wait in it can be cancelled.
+/// remade) if needed, its slot marked in use for a call (see `run`); every
+/// wait in it can be cancelled.
 fn connection(
     info: &str,
     statements: &[(&'static CStr, String, [pg_sys::Oid; 2])],
@@ -220,9 +241,11 @@ fn connection(
         let mut all = CONNECTIONS.borrow_mut();
         if let Some(i) = all.iter().position(|c| c.info == info) {
             let c = &all[i];
-            // SAFETY: reads the status of a live connection.
-            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
-                let c = all.remove(i);
+            // SAFETY: reads the status of a live connection. A connection
+            // whose slot another backend took is closed at the other end.
+            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK && c.slot.begin_call() {
+                let mut c = all.remove(i);
+                c.state = State::Busy;
                 let conn = c.conn;
                 all.push(c);
                 return conn;
@@ -236,7 +259,7 @@ fn connection(
     };
     oldest.into_iter().for_each(finish);
     register_callbacks_once();
-    let slot = pool::acquire(addr, function, &yield_to_waiters);
+    let slot = pool::acquire(addr, function);
     let l = libpq();
     let fail = |f: Failure| -> ! {
         drop_connection(info);
@@ -256,6 +279,7 @@ fn connection(
             fail(Failure::Broken("out of memory".into()))
         }
         CONNECTIONS.borrow_mut().push(Connection { info: info.to_owned(), key, conn, state: State::Opening, slot });
+        let pending = Pending(Some(info));
         if let Err(f) = connect(l, conn) {
             fail(f)
         }
@@ -270,7 +294,8 @@ fn connection(
                 fail(f)
             }
         }
-        set_state(info, State::Idle);
+        pending.done();
+        set_state(info, State::Busy);
         conn
     }
 }
@@ -399,7 +424,7 @@ fn message(p: *const c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().trim_end().to_string()
 }
 
-/// Runs a request on an idle connection and returns the rows it answers,
+/// Runs a request on a connection from `connection` and returns the rows it answers,
 /// as text; a mint request must answer exactly the IDs it asked for.
 fn run(
     conn: *mut c_void,
@@ -419,8 +444,8 @@ fn run(
     let params: Vec<CString> = params.into_iter().map(|p| CString::new(p).unwrap_or_default()).collect();
     let values: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
     let n = values.len() as c_int;
-    set_state(info, State::Busy);
-    // SAFETY: an idle connection from connection(), and parameter arrays
+    let pending = Pending(Some(info));
+    // SAFETY: a connection from connection(), and parameter arrays
     // that outlive the call; rows and columns are read below their counts.
     let outcome = unsafe {
         round_trip(
@@ -448,6 +473,7 @@ fn run(
             },
         )
     };
+    pending.done();
     set_state(info, State::Idle);
     outcome
 }

@@ -2,11 +2,16 @@
 //!
 //! Going out: this server's backends together keep at most
 //! `pg_idgen.citus_max_connections_per_node` connections open to any one
-//! other node, counted in shared memory. A backend needing one more waits
-//! for one to close (at most [`WAIT`], cancellable); a backend keeping one
-//! it is not using closes it at the end of its transaction while another
-//! waits (see [`yield_to_waiters`]), so busy sessions share the connections
-//! instead of each keeping its own.
+//! other node, each holding a slot in shared memory. A backend needing one
+//! more takes a free slot, or one whose connection has not been used for
+//! [`RECLAIM_AFTER`]: the other node ended that session after
+//! [`IDLE`] unused (`idle_session_timeout`, set on every connection), so it
+//! is closed there whatever its backend here does, idle or in a
+//! transaction. The backend that kept it finds its slot taken at its next
+//! call and connects again. Otherwise it waits, at most [`WAIT`] and
+//! cancellably, and raises 53300; while it waits, a backend ending a
+//! transaction closes its connection to that node if it has kept it for
+//! [`KEEP_AT_LEAST`], so that busy sessions share the connections.
 //!
 //! Coming in: a session another node opens here (`pg_idgen.forwarded` set
 //! at connection start) never takes a slot `superuser_reserved_connections`
@@ -15,8 +20,8 @@
 //! would be.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory, PgAtomic};
@@ -24,16 +29,35 @@ use pgrx::{pg_shmem_init, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSha
 use super::metadata::Addr;
 use crate::errors::IdError;
 
-/// How many other nodes' connections are counted at once.
-const MAX_NODES: usize = 256;
+/// How many connections this server's backends keep open to other nodes, in all.
+const MAX_SLOTS: usize = 1024;
 
-/// How long a backend waits for a connection to a node to close.
+/// How long another node keeps a session of ours that is not used
+/// (`idle_session_timeout` in the options of every connection).
+pub const IDLE: Duration = Duration::from_secs(2);
+
+/// How long a connection is unused before another backend may take its
+/// slot: the other node ended the session by then.
+const RECLAIM_AFTER: Duration = Duration::from_secs(4);
+
+/// How long a slot may be marked in use before it counts as abandoned
+/// (connecting, preparing and one call each have bounds well below it).
+const ABANDONED_AFTER: Duration = Duration::from_secs(180);
+
+/// How long a backend waits for a slot.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// A connection opened more recently than this is kept to the end of the
-/// next transaction even while others wait: reconnecting costs a few
-/// milliseconds, which each connection then serves for at least this long.
+/// A connection kept for less than this is not given up for a waiting
+/// backend: each then serves at least this long for the few milliseconds
+/// connecting costs.
 const KEEP_AT_LEAST: Duration = Duration::from_millis(100);
+
+/// How long a backend's wish for a connection to a node lasts: renewed
+/// while it waits, so that it lapses by itself if the backend is gone.
+const WANTED_FOR: Duration = Duration::from_millis(100);
+
+/// How many nodes can be waited for at once.
+const MAX_WANTED: usize = 64;
 
 static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(16);
 
@@ -49,11 +73,11 @@ pub fn register_settings() {
     GucRegistry::define_int_guc(
         c"pg_idgen.citus_max_connections_per_node",
         c"How many connections this server's sessions keep open to any one other Citus node to mint there.",
-        c"A session needing one more waits up to 10 s for one to close; sessions not using theirs close them at \
-          transaction end while another waits.",
+        c"A session needing one more takes the place of one unused for 4 s (the other node ends those after 2 s), \
+          or waits up to 10 s for one.",
         &MAX_PER_NODE,
         1,
-        10_000,
+        MAX_SLOTS as i32,
         GucContext::Sighup,
         GucFlags::default(),
     );
@@ -96,7 +120,11 @@ unsafe extern "C-unwind" fn admit_forwarded(newval: *mut c_int, _extra: *mut *mu
     if value > 0 && source == pg_sys::GucSource::PGC_S_CLIENT && client_backend {
         let reserved = reserved_slots();
         if reserved > 0 && !free_slots(reserved) {
-            IdError::CitusReservedSlots { reserved }.raise()
+            #[cfg(feature = "pg15")]
+            let settings = "superuser_reserved_connections";
+            #[cfg(not(feature = "pg15"))]
+            let settings = "superuser_reserved_connections and reserved_connections";
+            IdError::CitusReservedSlots { reserved, settings }.raise()
         }
     }
     true
@@ -132,17 +160,31 @@ fn free_slots(n: i32) -> bool {
     }
 }
 
-/// Open connections to one node, from every backend of this server.
-struct Node {
-    /// A hash of the node's address, or 0 for a free entry.
-    key: AtomicU64,
-    open: AtomicU32,
-    /// Backends waiting to open one.
-    waiting: AtomicU32,
+/// One connection's place: the node it goes to, who holds it, and since when.
+struct Place {
+    /// A hash of the node's address, or 0 for a free place.
+    node: AtomicU64,
+    /// The holder's generation (changed each time the place is taken) times
+    /// two, plus one while a call uses the connection.
+    word: AtomicU64,
+    /// When the last call ended (or, while one runs, began), in monotonic
+    /// nanoseconds, the same in every process.
+    since: AtomicU64,
+}
+
+/// A node some backend waits to connect to, until when.
+struct Wanted {
+    node: AtomicU64,
+    /// Monotonic nanoseconds.
+    until: AtomicU64,
 }
 
 pub struct Pool {
-    nodes: [Node; MAX_NODES],
+    /// Held while places are counted, taken or given back, or a wish noted
+    /// (a spin lock: a scan of the arrays, no call that can fail).
+    lock: AtomicBool,
+    places: [Place; MAX_SLOTS],
+    wanted: [Wanted; MAX_WANTED],
 }
 
 // SAFETY: only atomics, valid in any process that maps them.
@@ -151,39 +193,113 @@ unsafe impl PGRXSharedMemory for Pool {}
 // SAFETY: the name is ours alone among shared memory segments.
 static POOL: PgAtomic<Pool> = unsafe { PgAtomic::new(c"pg_idgen citus connections") };
 
-/// Requests the counts' shared memory; called while preloading, with Citus.
+/// Set while preloading with Citus (inherited by every backend).
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Requests the places' shared memory; called while preloading, with Citus.
 pub fn init() {
     #[allow(clippy::declare_interior_mutable_const)]
-    const FREE: Node = Node { key: AtomicU64::new(0), open: AtomicU32::new(0), waiting: AtomicU32::new(0) };
-    pg_shmem_init!(POOL = Pool { nodes: [FREE; MAX_NODES] });
+    const FREE: Place = Place { node: AtomicU64::new(0), word: AtomicU64::new(0), since: AtomicU64::new(0) };
+    #[allow(clippy::declare_interior_mutable_const)]
+    const NONE: Wanted = Wanted { node: AtomicU64::new(0), until: AtomicU64::new(0) };
+    pg_shmem_init!(POOL = Pool { lock: AtomicBool::new(false), places: [FREE; MAX_SLOTS], wanted: [NONE; MAX_WANTED] });
+    READY.store(true, Ordering::Relaxed);
 }
 
-/// The right to keep one connection open to a node: given back when dropped.
+fn pool() -> &'static Pool {
+    if !READY.load(Ordering::Relaxed) {
+        IdError::NotPreloaded.raise()
+    }
+    POOL.get()
+}
+
+/// Runs `f` on the pool under its lock.
+fn locked<T>(f: impl FnOnce(&'static Pool) -> T) -> T {
+    let pool = pool();
+    while pool.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        std::hint::spin_loop();
+    }
+    let out = f(pool);
+    pool.lock.store(false, Ordering::Release);
+    out
+}
+
+/// `struct timespec` on 64-bit Linux.
+#[repr(C)]
+struct Timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clock: c_int, tp: *mut Timespec) -> c_int;
+}
+
+/// Monotonic nanoseconds (CLOCK_MONOTONIC: the same clock in every process,
+/// never stepped).
+fn now() -> u64 {
+    const CLOCK_MONOTONIC: c_int = 1;
+    let mut t = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes the time into a local.
+    unsafe { clock_gettime(CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+const BUSY: u64 = 1;
+
+/// A connection's place, held by this backend: given back when dropped,
+/// unless another backend took it meanwhile.
 pub struct Slot {
-    node: &'static Node,
-    opened: Instant,
+    index: usize,
+    /// The generation this backend took it at, times two.
+    generation: u64,
+    node: u64,
+    taken: u64,
+}
+
+impl Slot {
+    fn place(&self) -> &'static Place {
+        &pool().places[self.index]
+    }
+
+    /// Marks the connection in use for a call: false if another backend took
+    /// the place (the connection is closed at the other end by then).
+    pub fn begin_call(&self) -> bool {
+        let p = self.place();
+        let taken = p.word.compare_exchange(self.generation, self.generation | BUSY, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if taken {
+            p.since.store(now(), Ordering::Release);
+        }
+        taken
+    }
+
+    /// Whether, at the end of a transaction, the connection should be
+    /// closed for a backend waiting for one to its node.
+    pub fn should_yield(&self) -> bool {
+        let t = now();
+        t.saturating_sub(self.taken) >= KEEP_AT_LEAST.as_nanos() as u64
+            && pool().wanted.iter().any(|w| w.node.load(Ordering::Acquire) == self.node && w.until.load(Ordering::Acquire) > t)
+    }
+
+    /// Marks the call over: the connection is unused from now.
+    pub fn end_call(&self) {
+        let p = self.place();
+        p.since.store(now(), Ordering::Release);
+        let _ = p.word.compare_exchange(self.generation | BUSY, self.generation, Ordering::AcqRel, Ordering::Acquire);
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.node.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Slot {
-    /// Whether another backend waits for a connection to this node, and
-    /// this one has served long enough to be closed for it.
-    pub fn should_yield(&self) -> bool {
-        self.node.waiting.load(Ordering::Acquire) > 0 && self.opened.elapsed() >= KEEP_AT_LEAST
-    }
-}
-
-/// Counts as waiting on a node while alive.
-struct Waiting(&'static Node);
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+        let mine = self.generation;
+        locked(|pool| {
+            let p = &pool.places[self.index];
+            let w = p.word.load(Ordering::Acquire);
+            if w & !BUSY == mine {
+                p.word.store(mine + 2, Ordering::Release);
+                p.node.store(0, Ordering::Release);
+            }
+        });
     }
 }
 
@@ -194,55 +310,71 @@ fn key(addr: &Addr) -> u64 {
     h.max(1)
 }
 
-/// The entry of `key`, taking a free one (or one no backend uses) the first time.
-fn entry(key: u64) -> Option<&'static Node> {
-    let nodes = &POOL.get().nodes;
-    if let Some(n) = nodes.iter().find(|n| n.key.load(Ordering::Acquire) == key) {
-        return Some(n);
+/// A place for one more connection to `addr`, marked in use: a free one
+/// while this server keeps fewer than the most allowed to that node, else
+/// one whose connection has gone unused for RECLAIM_AFTER (or was abandoned
+/// in use). Waits for one at most WAIT, then raises 53300.
+pub fn acquire(addr: &Addr, function: &'static str) -> Slot {
+    let key = key(addr);
+    let deadline = now() + WAIT.as_nanos() as u64;
+    loop {
+        let limit = MAX_PER_NODE.get().max(1) as usize;
+        let t = now();
+        let taken = locked(|pool| {
+            let places = &pool.places;
+            let mut count = 0;
+            let mut reclaimable = None;
+            for (i, p) in places.iter().enumerate() {
+                if p.node.load(Ordering::Acquire) != key {
+                    continue;
+                }
+                count += 1;
+                let w = p.word.load(Ordering::Acquire);
+                let idle = t.saturating_sub(p.since.load(Ordering::Acquire));
+                let limit = if w & BUSY == 0 { RECLAIM_AFTER } else { ABANDONED_AFTER };
+                if reclaimable.is_none() && idle >= limit.as_nanos() as u64 {
+                    reclaimable = Some((i, w));
+                }
+            }
+            let (index, w) = match (count < limit, reclaimable) {
+                (true, _) => {
+                    let i = places.iter().position(|p| p.node.load(Ordering::Acquire) == 0)?;
+                    (i, places[i].word.load(Ordering::Acquire))
+                }
+                (false, Some(r)) => r,
+                (false, None) => return None,
+            };
+            let p = &places[index];
+            let generation = (w & !BUSY) + 2;
+            // A compare-and-swap: the holder may begin a call meanwhile (then
+            // the place stays its own, and this backend looks again).
+            p.word.compare_exchange(w, generation | BUSY, Ordering::AcqRel, Ordering::Acquire).ok()?;
+            p.since.store(t, Ordering::Release);
+            p.node.store(key, Ordering::Release);
+            Some(Slot { index, generation, node: key, taken: t })
+        });
+        if let Some(slot) = taken {
+            return slot;
+        }
+        want(key, t);
+        if now() >= deadline {
+            IdError::CitusTooManyConnections { node: addr.describe(), function, limit: limit as u32, waited_s: WAIT.as_secs() }.raise()
+        }
+        sleep(Duration::from_millis(10));
     }
-    nodes.iter().find(|n| {
-        let old = n.key.load(Ordering::Acquire);
-        let unused = old == 0 || (n.open.load(Ordering::Acquire) == 0 && n.waiting.load(Ordering::Acquire) == 0);
-        unused && n.key.compare_exchange(old, key, Ordering::AcqRel, Ordering::Acquire).is_ok()
-    })
 }
 
-/// The right to open one more connection to `addr`, waiting while this
-/// server's backends keep the most allowed; `close_for_others` is called
-/// while waiting, for this backend to close those of its own connections
-/// that others wait for (two backends each waiting for a node the other
-/// keeps a connection to would otherwise wait each other out). Raises
-/// 53300 after [`WAIT`].
-pub fn acquire(addr: &Addr, function: &'static str, close_for_others: &dyn Fn()) -> Slot {
-    let key = key(addr);
-    let limit = MAX_PER_NODE.get().max(1) as u32;
-    let deadline = Instant::now() + WAIT;
-    let mut waiting: Option<Waiting> = None;
-    loop {
-        if let Some(node) = entry(key) {
-            let open = node.open.load(Ordering::Acquire);
-            if open < limit && node.open.compare_exchange(open, open + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                let slot = Slot { node, opened: Instant::now() };
-                // The entry may have been taken for another node in between:
-                // then give the count back and look again.
-                if node.key.load(Ordering::Acquire) == key {
-                    return slot;
-                }
-                drop(slot);
-                continue;
-            }
-            if waiting.as_ref().is_none_or(|w| !std::ptr::eq(w.0, node)) {
-                node.waiting.fetch_add(1, Ordering::AcqRel);
-                waiting = Some(Waiting(node));
-            }
+/// Notes that this backend waits for a connection to node `key`, for
+/// WANTED_FOR from `t` (in the node's entry, or one that lapsed).
+fn want(key: u64, t: u64) {
+    let until = t + WANTED_FOR.as_nanos() as u64;
+    locked(|pool| {
+        let entry = pool.wanted.iter().find(|w| w.node.load(Ordering::Acquire) == key).or_else(|| pool.wanted.iter().find(|w| w.until.load(Ordering::Acquire) <= t));
+        if let Some(w) = entry {
+            w.node.store(key, Ordering::Release);
+            w.until.store(until, Ordering::Release);
         }
-        close_for_others();
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            IdError::CitusTooManyConnections { node: addr.describe(), function, limit, waited_s: WAIT.as_secs() }.raise()
-        }
-        sleep(left.min(Duration::from_millis(10)));
-    }
+    });
 }
 
 /// Sleeps on the process latch, raising a cancel or shutdown.
