@@ -9,7 +9,7 @@
 
 mod citus {
     use std::collections::HashSet;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     use pg_idgen_e2e::citus::{failure, Cluster};
@@ -31,11 +31,11 @@ mod citus {
     /// waits, opening none (the coordinator counts one forwarded session all
     /// along), and takes A's place once A's connection has gone unused for
     /// 4 s (the coordinator ended that session after 2 s), though A's
-    /// transaction is still open; A's next mint in it connects again. A
-    /// session minting without pause inside one transaction keeps its
-    /// connection: another gives up after 10 s with 53300. Then 8 sessions
-    /// minting one ID per transaction share two connections: no failure, no
-    /// duplicate, each session's IDs rising.
+    /// transaction is still open; A's next mint in it connects again. A call
+    /// left without an answer (the coordinator's backend stopped) keeps its
+    /// connection: another session gives up after 10 s with 53300. Then 8
+    /// sessions minting one ID per transaction share two connections: no
+    /// failure, no duplicate, each session's IDs rising.
     #[test]
     fn a_workers_sessions_share_a_bounded_number_of_connections_to_a_node() {
         let cluster = Cluster::start("citus_pool", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
@@ -79,36 +79,44 @@ mod citus {
         a.batch_execute("COMMIT").unwrap();
         drop(a);
 
-        // A session minting without pause inside one transaction.
-        let (stop, started) = (AtomicBool::new(false), AtomicBool::new(false));
-        let (busy, refused, waited) = std::thread::scope(|s| {
-            let h = s.spawn(|| {
-                let mut h = worker.client();
-                h.batch_execute("BEGIN").unwrap();
-                let since = Instant::now();
-                let mut ids = vec![];
-                while !stop.load(Ordering::Relaxed) && since.elapsed() < Duration::from_secs(60) {
-                    ids.push(mint(&mut h).map_err(|e| failure(&e)));
-                    started.store(true, Ordering::Relaxed);
-                }
-                h.batch_execute("COMMIT").unwrap();
-                ids
+        // A call that gets no answer (the coordinator's backend serving it
+        // stopped with SIGSTOP) keeps its connection in use: another session
+        // gives up after 10 s with 53300; the call ends once it answers.
+        let mut h = worker.client();
+        let before = mint(&mut h).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        let pid: i32 = cluster
+            .coordinator
+            .client()
+            .query_one("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[])
+            .unwrap()
+            .get(0);
+        let signal = |sig: &str| assert!(std::process::Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
+        signal("-STOP");
+        let (answered, refused, waited) = std::thread::scope(|s| {
+            let stuck = s.spawn(|| mint(&mut h).map_err(|e| failure(&e)));
+            let mut w = worker.client();
+            eventually(30, "the call waits for its answer", || {
+                let n: i64 = w
+                    .query_one("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = 'SELECT next_shard_id(7)' AND pid <> pg_backend_pid()", &[])
+                    .unwrap()
+                    .get(0);
+                n == 1
             });
-            eventually(30, "the busy session minted", || started.load(Ordering::Relaxed));
             let mut c = worker.client();
             let t0 = Instant::now();
             let refused = mint(&mut c);
             let waited = t0.elapsed();
-            stop.store(true, Ordering::Relaxed);
-            (h.join().unwrap(), refused, waited)
+            signal("-CONT");
+            (stuck.join().unwrap(), refused, waited)
         });
         let e = refused.unwrap_err();
         let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
         assert_eq!(db.code().code(), "53300", "{}", db.message());
         assert!(db.message().starts_with("next_shard_id found no free connection to the Citus node at "), "{}", db.message());
         assert!(waited >= Duration::from_secs(10), "gave up after {waited:?}");
-        let busy: Vec<i64> = busy.into_iter().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("the busy session: {e}"));
-        assert!(busy.len() > 10 && busy.windows(2).all(|w| w[0] < w[1]) && busy[0] > again);
+        let answered = answered.unwrap_or_else(|e| panic!("the call without an answer for a while: {e}"));
+        assert!(answered > before && before > again);
+        drop(h);
 
         // Eight sessions, two connections, one ID per transaction, each going
         // on until every one has minted (so none of the first two stops
@@ -146,8 +154,58 @@ mod citus {
         assert_eq!(have_minted.load(Ordering::Relaxed), 8);
         assert!(per_session.iter().all(|(ids, _)| ids.windows(2).all(|w| w[0] < w[1])), "a session's IDs did not rise");
         let all: HashSet<i64> =
-            per_session.iter().flat_map(|(ids, _)| ids.iter().copied()).chain(busy.iter().copied()).chain([first, second, again]).collect();
-        assert_eq!(all.len(), minted + busy.len() + 3, "duplicate IDs");
+            per_session.iter().flat_map(|(ids, _)| ids.iter().copied()).chain([first, second, again, before, answered]).collect();
+        assert_eq!(all.len(), minted + 5, "duplicate IDs");
+    }
+
+    /// A repartitioned `INSERT ... SELECT` mints shard 8 (the coordinator's)
+    /// in its shard queries on the worker, which is allowed 2 connections to
+    /// the coordinator. An idle session there keeps one (it minted once), and
+    /// Citus keeps its backends there idle after each statement, with theirs:
+    /// two statements at once, twice, then three from sessions that stay
+    /// open (one worker connection each), all succeed, storing every row
+    /// with an ID of its own.
+    #[test]
+    fn repartitioned_inserts_go_on_past_idle_sessions_keeping_connections() {
+        let cluster = Cluster::start("citus_pool_insel", 1, &["pg_idgen.citus_max_connections_per_node = 2"]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE TABLE src (tenant_id int, n int);
+             CREATE TABLE dst (tenant_id int, id bigint DEFAULT next_shard_id(8), n int);
+             SELECT create_distributed_table('src', 'tenant_id');
+             SELECT create_distributed_table('dst', 'tenant_id', colocate_with => 'src');
+             INSERT INTO src SELECT g % 100, g FROM generate_series(1, 30000) g;",
+        )
+        .unwrap();
+        let insert = "INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src";
+        let plan: Vec<String> = c.query(&format!("EXPLAIN (COSTS OFF) {insert}"), &[]).unwrap().iter().map(|r| r.get(0)).collect();
+        assert!(plan.iter().any(|l| l.contains("repartition")), "{plan:?}");
+        let mut idle = cluster.workers[0].client();
+        mint(&mut idle).unwrap();
+        let mut done = 0;
+        for round in 0..2 {
+            let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
+                let statements: Vec<_> = (0..2)
+                    .map(|_| s.spawn(|| cluster.coordinator.client().execute(insert, &[]).map_err(|e| failure(&e))))
+                    .collect();
+                statements.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for r in results {
+                assert_eq!(r, Ok(30000), "round {round}");
+                done += 1;
+            }
+        }
+        let mut open = vec![];
+        for i in 0..3 {
+            let mut s = cluster.coordinator.client();
+            s.batch_execute("SET citus.max_adaptive_executor_pool_size = 1").unwrap();
+            assert_eq!(s.execute(insert, &[]).map_err(|e| failure(&e)), Ok(30000), "session {i}");
+            open.push(s);
+            done += 1;
+        }
+        let (rows, distinct): (i64, i64) = c.query_one("SELECT count(*), count(DISTINCT id) FROM dst", &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+        assert_eq!((rows, distinct), (done * 30000, done * 30000));
+        drop(idle);
     }
 
     /// The coordinator keeps one slot for administrators, and ordinary

@@ -176,12 +176,12 @@ fn finish(c: Connection) {
     unsafe { (libpq().finish)(c.conn) };
 }
 
-/// At the end of a transaction, closes the connections that a backend
-/// waiting for one to their node should have (see `Slot::should_yield`).
+/// Closes the idle connections to nodes that another backend waits to
+/// connect to (see `pool`): at the end of each call and transaction.
 fn yield_to_waiters() {
     let gone: Vec<Connection> = {
         let mut all = CONNECTIONS.borrow_mut();
-        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.should_yield());
+        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.wanted());
         *all = kept;
         gone
     };
@@ -475,6 +475,7 @@ fn run(
     };
     pending.done();
     set_state(info, State::Idle);
+    yield_to_waiters();
     outcome
 }
 

@@ -9,9 +9,10 @@
 //! is closed there whatever its backend here does, idle or in a
 //! transaction. The backend that kept it finds its slot taken at its next
 //! call and connects again. Otherwise it waits, at most [`WAIT`] and
-//! cancellably, and raises 53300; while it waits, a backend ending a
-//! transaction closes its connection to that node if it has kept it for
-//! [`KEEP_AT_LEAST`], so that busy sessions share the connections.
+//! cancellably, and raises 53300; while it waits, a backend ending a call
+//! or a transaction closes its connection to that node, so that busy
+//! sessions (and the shard queries of one distributed statement) share the
+//! connections, one call at a time.
 //!
 //! Coming in: a session another node opens here (`pg_idgen.forwarded` set
 //! at connection start) never takes a slot `superuser_reserved_connections`
@@ -46,11 +47,6 @@ const ABANDONED_AFTER: Duration = Duration::from_secs(180);
 
 /// How long a backend waits for a slot.
 pub const WAIT: Duration = Duration::from_secs(10);
-
-/// A connection kept for less than this is not given up for a waiting
-/// backend: each then serves at least this long for the few milliseconds
-/// connecting costs.
-const KEEP_AT_LEAST: Duration = Duration::from_millis(100);
 
 /// How long a backend's wish for a connection to a node lasts: renewed
 /// while it waits, so that it lapses by itself if the backend is gone.
@@ -254,7 +250,6 @@ pub struct Slot {
     /// The generation this backend took it at, times two.
     generation: u64,
     node: u64,
-    taken: u64,
 }
 
 impl Slot {
@@ -273,12 +268,11 @@ impl Slot {
         taken
     }
 
-    /// Whether, at the end of a transaction, the connection should be
-    /// closed for a backend waiting for one to its node.
-    pub fn should_yield(&self) -> bool {
+    /// Whether another backend waits for a connection to this one's node
+    /// (then this one is closed at the end of its call or transaction).
+    pub fn wanted(&self) -> bool {
         let t = now();
-        t.saturating_sub(self.taken) >= KEEP_AT_LEAST.as_nanos() as u64
-            && pool().wanted.iter().any(|w| w.node.load(Ordering::Acquire) == self.node && w.until.load(Ordering::Acquire) > t)
+        pool().wanted.iter().any(|w| w.node.load(Ordering::Acquire) == self.node && w.until.load(Ordering::Acquire) > t)
     }
 
     /// Marks the call over: the connection is unused from now.
@@ -351,7 +345,7 @@ pub fn acquire(addr: &Addr, function: &'static str) -> Slot {
             p.word.compare_exchange(w, generation | BUSY, Ordering::AcqRel, Ordering::Acquire).ok()?;
             p.since.store(t, Ordering::Release);
             p.node.store(key, Ordering::Release);
-            Some(Slot { index, generation, node: key, taken: t })
+            Some(Slot { index, generation, node: key })
         });
         if let Some(slot) = taken {
             return slot;
