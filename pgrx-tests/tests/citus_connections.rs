@@ -82,12 +82,17 @@ mod citus {
         // A call that gets no answer (the coordinator's backend serving it
         // stopped with SIGSTOP) keeps its connection in use: another session
         // gives up after 10 s with 53300; the call ends once it answers.
+        // (The coordinator ends that session after 2 s unused: its backend is
+        // stopped well before, the newest one, as a session that ended may
+        // still be exiting.)
         let mut h = worker.client();
+        let mut cc = cluster.coordinator.client();
         let before = mint(&mut h).unwrap_or_else(|e| panic!("{}", failure(&e)));
-        let pid: i32 = cluster
-            .coordinator
-            .client()
-            .query_one("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[])
+        let pid: i32 = cc
+            .query_one(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding' ORDER BY backend_start DESC LIMIT 1",
+                &[],
+            )
             .unwrap()
             .get(0);
         let signal = |sig: &str| assert!(std::process::Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
