@@ -163,8 +163,9 @@ struct Connection {
     key: String,
     conn: *mut c_void,
     state: State,
-    /// Its place in the server's count of connections to the node.
-    slot: Slot,
+    /// Its place in the server's count of connections to the node, when
+    /// they are bounded.
+    slot: Option<Slot>,
 }
 
 /// The backend's connections, the most recently used last.
@@ -181,7 +182,19 @@ fn finish(c: Connection) {
 fn yield_to_waiters() {
     let gone: Vec<Connection> = {
         let mut all = CONNECTIONS.borrow_mut();
-        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.wanted());
+        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.as_ref().is_some_and(Slot::wanted));
+        *all = kept;
+        gone
+    };
+    gone.into_iter().for_each(finish);
+}
+
+/// Closes this backend's unused connections to node `key` (another role's,
+/// or another hop's), before it waits for a place of its own there.
+fn close_own(key: u64) {
+    let gone: Vec<Connection> = {
+        let mut all = CONNECTIONS.borrow_mut();
+        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.as_ref().is_some_and(|s| s.node() == key));
         *all = kept;
         gone
     };
@@ -201,8 +214,8 @@ fn drop_connection(info: &str) {
 fn set_state(info: &str, state: State) {
     if let Some(c) = CONNECTIONS.borrow_mut().iter_mut().find(|c| c.info == info) {
         c.state = state;
-        if state == State::Idle {
-            c.slot.end_call();
+        if let (State::Idle, Some(slot)) = (state, &c.slot) {
+            slot.end_call();
         }
     }
 }
@@ -243,7 +256,7 @@ fn connection(
             let c = &all[i];
             // SAFETY: reads the status of a live connection. A connection
             // whose slot another backend took is closed at the other end.
-            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK && c.slot.begin_call() {
+            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK && c.slot.as_ref().is_none_or(Slot::begin_call) {
                 let mut c = all.remove(i);
                 c.state = State::Busy;
                 let conn = c.conn;
@@ -259,7 +272,7 @@ fn connection(
     };
     oldest.into_iter().for_each(finish);
     register_callbacks_once();
-    let slot = pool::acquire(addr, function);
+    let slot = pool::bounded().then(|| pool::acquire(addr, function, &close_own));
     let l = libpq();
     let fail = |f: Failure| -> ! {
         drop_connection(info);

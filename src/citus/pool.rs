@@ -52,10 +52,12 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// while it waits, so that it lapses by itself if the backend is gone.
 const WANTED_FOR: Duration = Duration::from_millis(100);
 
-/// How many nodes can be waited for at once.
-const MAX_WANTED: usize = 64;
+/// How many backends can note that they wait at once (past it, a waiting
+/// backend still takes a place, without its turn).
+const MAX_WANTED: usize = 256;
 
-static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(16);
+/// 0: no bound (each backend keeps up to 4 connections of its own).
+static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `pg_idgen.forwarded`: how many times the call a session serves was
 /// forwarded (see `libpq::hop`). Defined by hand, not through pgrx, for its
@@ -68,11 +70,11 @@ static mut FORWARDED: c_int = 0;
 pub fn register_settings() {
     GucRegistry::define_int_guc(
         c"pg_idgen.citus_max_connections_per_node",
-        c"How many connections this server's sessions keep open to any one other Citus node to mint there.",
+        c"How many connections this server's sessions keep open to any one other Citus node to mint there (0: no bound).",
         c"A session needing one more takes the place of one unused for 4 s (the other node ends those after 2 s), \
-          or waits up to 10 s for one.",
+          or waits its turn, up to 10 s; sessions give theirs up after each call while one waits.",
         &MAX_PER_NODE,
-        1,
+        0,
         MAX_SLOTS as i32,
         GucContext::Sighup,
         GucFlags::default(),
@@ -168,10 +170,11 @@ struct Place {
     since: AtomicU64,
 }
 
-/// A node some backend waits to connect to, until when.
+/// A backend waiting to connect to a node: since when (its turn), and until
+/// when the wish lasts unless renewed (monotonic nanoseconds).
 struct Wanted {
     node: AtomicU64,
-    /// Monotonic nanoseconds.
+    first: AtomicU64,
     until: AtomicU64,
 }
 
@@ -197,7 +200,7 @@ pub fn init() {
     #[allow(clippy::declare_interior_mutable_const)]
     const FREE: Place = Place { node: AtomicU64::new(0), word: AtomicU64::new(0), since: AtomicU64::new(0) };
     #[allow(clippy::declare_interior_mutable_const)]
-    const NONE: Wanted = Wanted { node: AtomicU64::new(0), until: AtomicU64::new(0) };
+    const NONE: Wanted = Wanted { node: AtomicU64::new(0), first: AtomicU64::new(0), until: AtomicU64::new(0) };
     pg_shmem_init!(POOL = Pool { lock: AtomicBool::new(false), places: [FREE; MAX_SLOTS], wanted: [NONE; MAX_WANTED] });
     READY.store(true, Ordering::Relaxed);
 }
@@ -268,6 +271,11 @@ impl Slot {
         taken
     }
 
+    /// The node's key.
+    pub fn node(&self) -> u64 {
+        self.node
+    }
+
     /// Whether another backend waits for a connection to this one's node
     /// (then this one is closed at the end of its call or transaction).
     pub fn wanted(&self) -> bool {
@@ -304,53 +312,72 @@ fn key(addr: &Addr) -> u64 {
     h.max(1)
 }
 
+/// Whether connections to other nodes are bounded (`pg_idgen.citus_max_connections_per_node` > 0).
+pub fn bounded() -> bool {
+    MAX_PER_NODE.get() > 0
+}
+
 /// A place for one more connection to `addr`, marked in use: a free one
 /// while this server keeps fewer than the most allowed to that node, else
 /// one whose connection has gone unused for RECLAIM_AFTER (or was abandoned
-/// in use). Waits for one at most WAIT, then raises 53300.
-pub fn acquire(addr: &Addr, function: &'static str) -> Slot {
+/// in use); a free place goes to the backend that has waited longest.
+/// `close_own` closes this backend's own unused connections to the node
+/// (once, before it waits). Waits at most WAIT, then raises 53300.
+pub fn acquire(addr: &Addr, function: &'static str, close_own: &dyn Fn(u64)) -> Slot {
     let key = key(addr);
-    let deadline = now() + WAIT.as_nanos() as u64;
+    let start = now();
+    let deadline = start + WAIT.as_nanos() as u64;
+    let mut waited = false;
+    let mut wish: Option<usize> = None;
     loop {
         let limit = MAX_PER_NODE.get().max(1) as usize;
         let t = now();
         let taken = locked(|pool| {
             let places = &pool.places;
-            let mut count = 0;
-            let mut reclaimable = None;
-            for (i, p) in places.iter().enumerate() {
-                if p.node.load(Ordering::Acquire) != key {
-                    continue;
-                }
-                count += 1;
+            // Another backend that has waited longer goes first.
+            let my_first = wish.map_or(t, |i| pool.wanted[i].first.load(Ordering::Acquire));
+            let earlier = pool.wanted.iter().enumerate().any(|(i, w)| {
+                Some(i) != wish
+                    && w.node.load(Ordering::Acquire) == key
+                    && w.until.load(Ordering::Acquire) > t
+                    && w.first.load(Ordering::Acquire) < my_first
+            });
+            let reclaimable = |p: &Place| {
                 let w = p.word.load(Ordering::Acquire);
                 let idle = t.saturating_sub(p.since.load(Ordering::Acquire));
-                let limit = if w & BUSY == 0 { RECLAIM_AFTER } else { ABANDONED_AFTER };
-                if reclaimable.is_none() && idle >= limit.as_nanos() as u64 {
-                    reclaimable = Some((i, w));
-                }
-            }
-            let (index, w) = match (count < limit, reclaimable) {
-                (true, _) => {
-                    let i = places.iter().position(|p| p.node.load(Ordering::Acquire) == 0)?;
-                    (i, places[i].word.load(Ordering::Acquire))
-                }
-                (false, Some(r)) => r,
-                (false, None) => return None,
+                idle >= (if w & BUSY == 0 { RECLAIM_AFTER } else { ABANDONED_AFTER }).as_nanos() as u64
             };
+            let count = places.iter().filter(|p| p.node.load(Ordering::Acquire) == key).count();
+            let index = if earlier {
+                None
+            } else if count < limit {
+                // A free place, or one of any node unused long enough.
+                places.iter().position(|p| p.node.load(Ordering::Acquire) == 0).or_else(|| places.iter().position(reclaimable))
+            } else {
+                places.iter().position(|p| p.node.load(Ordering::Acquire) == key && reclaimable(p))
+            }?;
             let p = &places[index];
+            let w = p.word.load(Ordering::Acquire);
             let generation = (w & !BUSY) + 2;
             // A compare-and-swap: the holder may begin a call meanwhile (then
             // the place stays its own, and this backend looks again).
             p.word.compare_exchange(w, generation | BUSY, Ordering::AcqRel, Ordering::Acquire).ok()?;
             p.since.store(t, Ordering::Release);
             p.node.store(key, Ordering::Release);
+            if let Some(i) = wish {
+                pool.wanted[i].until.store(0, Ordering::Release);
+            }
             Some(Slot { index, generation, node: key })
         });
         if let Some(slot) = taken {
             return slot;
         }
-        want(key, t);
+        if !waited {
+            waited = true;
+            close_own(key);
+            continue;
+        }
+        wish = want(key, wish, start, t);
         if now() >= deadline {
             IdError::CitusTooManyConnections { node: addr.describe(), function, limit: limit as u32, waited_s: WAIT.as_secs() }.raise()
         }
@@ -358,17 +385,23 @@ pub fn acquire(addr: &Addr, function: &'static str) -> Slot {
     }
 }
 
-/// Notes that this backend waits for a connection to node `key`, for
-/// WANTED_FOR from `t` (in the node's entry, or one that lapsed).
-fn want(key: u64, t: u64) {
+/// Notes (or renews) that this backend has waited since `first` for a
+/// connection to node `key`, for WANTED_FOR from `t`: in its own entry, or
+/// one that lapsed (a backend gone lets its wish lapse by itself).
+fn want(key: u64, wish: Option<usize>, first: u64, t: u64) -> Option<usize> {
     let until = t + WANTED_FOR.as_nanos() as u64;
     locked(|pool| {
-        let entry = pool.wanted.iter().find(|w| w.node.load(Ordering::Acquire) == key).or_else(|| pool.wanted.iter().find(|w| w.until.load(Ordering::Acquire) <= t));
-        if let Some(w) = entry {
-            w.node.store(key, Ordering::Release);
-            w.until.store(until, Ordering::Release);
-        }
-    });
+        let mine = |i: &usize| {
+            let w = &pool.wanted[*i];
+            w.node.load(Ordering::Acquire) == key && w.first.load(Ordering::Acquire) == first
+        };
+        let i = wish.filter(mine).or_else(|| pool.wanted.iter().position(|w| w.until.load(Ordering::Acquire) <= t))?;
+        let w = &pool.wanted[i];
+        w.node.store(key, Ordering::Release);
+        w.first.store(first, Ordering::Release);
+        w.until.store(until, Ordering::Release);
+        Some(i)
+    })
 }
 
 /// Sleeps on the process latch, raising a cancel or shutdown.
