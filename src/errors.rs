@@ -440,8 +440,8 @@ impl IdError {
             ),
             CitusTooManyConnections { node, function, limit, waited_s } => (
                 format!("{function} found no free connection to the Citus node at {node}"),
-                Some(format!("This server's sessions keep {limit} connections open to that node (pg_idgen.citus_max_connections_per_node), and none was closed within {waited_s} s.")),
-                Some("Raise pg_idgen.citus_max_connections_per_node, or mint through the node that holds the data.".into()),
+                Some(format!("This server's sessions keep {limit} connections open to that node (pg_idgen.citus_max_connections_per_node), and none came free for this session within {waited_s} s.")),
+                Some("Raise pg_idgen.citus_max_connections_per_node (0: no bound), or mint through the node that holds the data.".into()),
             ),
             Relayed { message, detail, hint, .. } => (message.clone(), detail.clone(), hint.clone()),
             Internal(e) => (format!("pg_idgen internal error: {e}"), None, None),
