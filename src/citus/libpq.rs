@@ -181,7 +181,8 @@ fn finish(c: Connection) {
 /// connect to (see `pool`): at the end of each call and transaction.
 fn yield_to_waiters() {
     let gone: Vec<Connection> = {
-        let mut all = CONNECTIONS.borrow_mut();
+        // Never fails (it runs at commit): a connection list in use is left as it is.
+        let Some(mut all) = CONNECTIONS.try_borrow_mut() else { return };
         let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.as_ref().is_some_and(Slot::wanted));
         *all = kept;
         gone
