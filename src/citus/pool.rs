@@ -2,18 +2,18 @@
 //!
 //! Going out, when `pg_idgen.citus_max_connections_per_node` is set (0, no
 //! bound, by default): this server's backends together keep at most that
-//! many connections open to any one other node, each holding a slot in
-//! shared memory. A backend needing one
-//! more takes a free slot, or one whose connection has not been used for
-//! [`RECLAIM_AFTER`]: the other node ended that session after
-//! [`IDLE`] unused (`idle_session_timeout`, set on every connection), so it
-//! is closed there whatever its backend here does, idle or in a
-//! transaction. The backend that kept it finds its slot taken at its next
-//! call and connects again. Otherwise it waits its turn (the longest
-//! waiting first), at most [`WAIT`] and cancellably, and raises 53300; while it waits, a backend ending a call
-//! or a transaction closes its connection to that node, so that busy
-//! sessions (and the shard queries of one distributed statement) share the
-//! connections, one call at a time.
+//! many connections open to any one other node, each holding a place in
+//! shared memory. A backend needing one more takes a free place, or one
+//! whose connection has not been used for [`RECLAIM_AFTER`]: the other node
+//! ended that session after [`IDLE`] unused (`idle_session_timeout`, set on
+//! every connection), so it is closed there whatever its backend here does,
+//! idle or in a transaction. The backend that kept it finds its place taken
+//! at its next call and connects again. Otherwise it waits its turn (the
+//! longest waiting first), at most [`WAIT`] and cancellably, and raises
+//! 53300; while it waits, a backend ending a call or a transaction closes
+//! its connection to that node, so that busy sessions (and the shard
+//! queries of one distributed statement) share the connections, one call at
+//! a time.
 //!
 //! Coming in: a session another node opens here (`pg_idgen.forwarded` set
 //! at connection start) never takes a slot `superuser_reserved_connections`
