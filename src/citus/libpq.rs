@@ -7,6 +7,7 @@
 //! is bounded: for a free connection by [`pool::WAIT`], connecting by
 //! [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
 
+use std::cell::RefMut;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::{Duration, Instant};
 
@@ -177,39 +178,31 @@ fn finish(c: Connection) {
     unsafe { (libpq().finish)(c.conn) };
 }
 
-/// Closes the idle connections to nodes that another backend waits to
-/// connect to (see `pool`): at the end of each call and transaction.
-fn yield_to_waiters() {
-    let gone: Vec<Connection> = {
-        // Never fails (it runs at commit): a connection list in use is left as it is.
-        let Some(mut all) = CONNECTIONS.try_borrow_mut() else { return };
-        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.as_ref().is_some_and(Slot::wanted));
-        *all = kept;
-        gone
-    };
+/// Closes the connections of `all` that `gone` picks.
+fn close_where(mut all: RefMut<'_, Vec<Connection>>, gone: impl Fn(&Connection) -> bool) {
+    let (gone, kept): (Vec<Connection>, _) = std::mem::take(&mut *all).into_iter().partition(gone);
+    *all = kept;
+    drop(all);
     gone.into_iter().for_each(finish);
+}
+
+/// Closes the idle connections to nodes that another backend waits to
+/// connect to (see `pool`): at the end of each call and transaction. Never
+/// fails (it runs at commit): a connection list in use is left as it is.
+fn yield_to_waiters() {
+    if let Some(all) = CONNECTIONS.try_borrow_mut() {
+        close_where(all, |c| c.state == State::Idle && c.slot.as_ref().is_some_and(Slot::wanted));
+    }
 }
 
 /// Closes this backend's unused connections to node `key` (another role's,
 /// or another hop's), before it waits for a place of its own there.
 fn close_own(key: u64) {
-    let gone: Vec<Connection> = {
-        let mut all = CONNECTIONS.borrow_mut();
-        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.state == State::Idle && c.slot.as_ref().is_some_and(|s| s.node() == key));
-        *all = kept;
-        gone
-    };
-    gone.into_iter().for_each(finish);
+    close_where(CONNECTIONS.borrow_mut(), |c| c.state == State::Idle && c.slot.as_ref().is_some_and(|s| s.node() == key));
 }
 
 fn drop_connection(info: &str) {
-    let gone: Vec<Connection> = {
-        let mut all = CONNECTIONS.borrow_mut();
-        let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|c| c.info == info);
-        *all = kept;
-        gone
-    };
-    gone.into_iter().for_each(finish);
+    close_where(CONNECTIONS.borrow_mut(), |c| c.info == info);
 }
 
 fn set_state(info: &str, state: State) {
