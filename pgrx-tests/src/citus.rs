@@ -101,6 +101,31 @@ fn node(name: &str, conf: &[String]) -> Server {
     server
 }
 
+/// The `INSERT ... SELECT` between the tables of [`make_src_and_dst`].
+pub const INSERT_SELECT: &str = "INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src";
+
+/// Co-located distributed tables `src` (30,000 rows over 100 tenants) and
+/// `dst`, whose key's DEFAULT is `next_shard_id(8)` (a shard the
+/// coordinator mints).
+pub fn make_src_and_dst(c: &mut Client) {
+    c.batch_execute(
+        "CREATE TABLE src (tenant_id int, n int);
+         CREATE TABLE dst (tenant_id int, id bigint DEFAULT next_shard_id(8), n int);
+         SELECT create_distributed_table('src', 'tenant_id');
+         SELECT create_distributed_table('dst', 'tenant_id', colocate_with => 'src');
+         INSERT INTO src SELECT g % 100, g FROM generate_series(1, 30000) g;",
+    )
+    .unwrap();
+}
+
+/// Fails unless Citus repartitions [`INSERT_SELECT`]: each worker runs its
+/// shards' SELECT with the DEFAULT in it.
+pub fn assert_repartitioned(c: &mut Client) {
+    let plan: String =
+        c.query(&format!("EXPLAIN (COSTS OFF) {INSERT_SELECT}"), &[]).unwrap().iter().map(|r| r.get::<_, String>(0) + "\n").collect();
+    assert!(plan.contains("INSERT/SELECT method: repartition"), "Citus plans it otherwise now, so this test tests less:\n{plan}");
+}
+
 /// A failed statement's SQLSTATE and message.
 pub fn failure(e: &postgres::Error) -> String {
     match e.as_db_error() {

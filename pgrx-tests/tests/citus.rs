@@ -11,7 +11,7 @@ mod citus {
     use std::collections::HashSet;
     use std::io::Write;
 
-    use pg_idgen_e2e::citus::{failure, node_name, while_inserting, Cluster, PerClient};
+    use pg_idgen_e2e::citus::{assert_repartitioned, failure, make_src_and_dst, node_name, while_inserting, Cluster, PerClient, INSERT_SELECT};
     use pg_idgen_e2e::postgres::Client;
     use pg_idgen_e2e::{decode, pg_config, sqlstate, Server, PORT};
 
@@ -87,18 +87,11 @@ mod citus {
     fn insert_select_and_copy_on_the_workers_never_repeat_an_id() {
         let cluster = Cluster::start("citus_insel", 2, &["log_statement = 'all'"]);
         let mut c = cluster.coordinator.client();
-        c.batch_execute(
-            "CREATE TABLE src (tenant_id int, n int);
-             CREATE TABLE dst (tenant_id int, id bigint DEFAULT next_shard_id(8), n int);
-             SELECT create_distributed_table('src', 'tenant_id');
-             SELECT create_distributed_table('dst', 'tenant_id', colocate_with => 'src');
-             INSERT INTO src SELECT g % 100, g FROM generate_series(1, 30000) g;",
-        )
-        .unwrap();
+        make_src_and_dst(&mut c);
         // Alone first: the statement that duplicated by itself.
         let forwarded = || cluster.coordinator.log().matches("execute pg_idgen_shard").count();
         let before = forwarded();
-        c.execute("INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src", &[]).unwrap();
+        c.execute(INSERT_SELECT, &[]).unwrap();
         assert_eq!(counts(&mut c, "dst"), (30_000, 30_000));
         let round_trips = forwarded() - before;
         assert!(
@@ -114,14 +107,7 @@ mod citus {
             .unwrap()
             .get(0);
         assert_eq!(out_of_order, 0);
-        // Repartitioned: each worker runs its shards' SELECT with the DEFAULT in it.
-        let plan: String = c
-            .query("EXPLAIN (COSTS OFF) INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src", &[])
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, String>(0) + "\n")
-            .collect();
-        assert!(plan.contains("INSERT/SELECT method: repartition"), "Citus plans it otherwise now, so this test tests less:\n{plan}");
+        assert_repartitioned(&mut c);
         for w in &cluster.workers {
             let n: i64 = w.client().query_one("SELECT count(*) FROM id_generator_status() WHERE shard = 8", &[]).unwrap().get(0);
             assert_eq!(n, 0, "a worker minted shard 8 itself");
@@ -131,7 +117,7 @@ mod citus {
         // and inserts through worker 2.
         let nodes = cluster.nodes();
         let results = on_every_node(&nodes, |i, c| match i {
-            0 => c.execute("INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src", &[]).map(|_| ()),
+            0 => c.execute(INSERT_SELECT, &[]).map(|_| ()),
             1 => {
                 let mut w = c.copy_in("COPY dst (tenant_id, n) FROM STDIN").unwrap();
                 for g in 0..20_000 {

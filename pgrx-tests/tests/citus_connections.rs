@@ -12,7 +12,7 @@ mod citus {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
-    use pg_idgen_e2e::citus::{failure, Cluster};
+    use pg_idgen_e2e::citus::{assert_repartitioned, failure, make_src_and_dst, Cluster, INSERT_SELECT};
     use pg_idgen_e2e::postgres::Client;
     use pg_idgen_e2e::{eventually, sqlstate, Server};
 
@@ -185,23 +185,14 @@ mod citus {
     fn repartitioned_inserts_go_on_past_idle_sessions_keeping_connections() {
         let cluster = Cluster::start("citus_pool_insel", 1, &["pg_idgen.citus_max_connections_per_node = 2"]);
         let mut c = cluster.coordinator.client();
-        c.batch_execute(
-            "CREATE TABLE src (tenant_id int, n int);
-             CREATE TABLE dst (tenant_id int, id bigint DEFAULT next_shard_id(8), n int);
-             SELECT create_distributed_table('src', 'tenant_id');
-             SELECT create_distributed_table('dst', 'tenant_id', colocate_with => 'src');
-             INSERT INTO src SELECT g % 100, g FROM generate_series(1, 30000) g;",
-        )
-        .unwrap();
-        let insert = "INSERT INTO dst (tenant_id, n) SELECT tenant_id, n FROM src";
-        let plan: Vec<String> = c.query(&format!("EXPLAIN (COSTS OFF) {insert}"), &[]).unwrap().iter().map(|r| r.get(0)).collect();
-        assert!(plan.iter().any(|l| l.contains("repartition")), "{plan:?}");
+        make_src_and_dst(&mut c);
+        assert_repartitioned(&mut c);
         let mut idle = cluster.workers[0].client();
         mint(&mut idle).unwrap();
         let mut done = 0;
         let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
             let statements: Vec<_> = (0..5)
-                .map(|_| s.spawn(|| cluster.coordinator.client().execute(insert, &[]).map_err(|e| failure(&e))))
+                .map(|_| s.spawn(|| cluster.coordinator.client().execute(INSERT_SELECT, &[]).map_err(|e| failure(&e))))
                 .collect();
             statements.into_iter().map(|h| h.join().unwrap()).collect()
         });
@@ -213,7 +204,7 @@ mod citus {
         for i in 0..3 {
             let mut s = cluster.coordinator.client();
             s.batch_execute("SET citus.max_adaptive_executor_pool_size = 1").unwrap();
-            assert_eq!(s.execute(insert, &[]).map_err(|e| failure(&e)), Ok(30000), "session {i}");
+            assert_eq!(s.execute(INSERT_SELECT, &[]).map_err(|e| failure(&e)), Ok(30000), "session {i}");
             open.push(s);
             done += 1;
         }
