@@ -34,8 +34,9 @@ mod citus {
     /// transaction is still open; A's next mint in it connects again. A call
     /// left without an answer (the coordinator's backend stopped) keeps its
     /// connection: another session gives up after 10 s with 53300. Then 8
-    /// sessions minting one ID per transaction share two connections: no
-    /// failure, no duplicate, each session's IDs rising.
+    /// sessions minting one ID per transaction share two connections, taking
+    /// turns: no failure, no duplicate, each session's IDs rising, and the
+    /// coordinator starts at most one session per two calls.
     #[test]
     fn a_workers_sessions_share_a_bounded_number_of_connections_to_a_node() {
         let cluster = Cluster::start("citus_pool", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
@@ -136,8 +137,17 @@ mod citus {
         // Eight sessions, two connections, one ID per transaction, each going
         // on until every one has minted (so none of the first two stops
         // before the others had their turn), at least 40 IDs, at most 60 s.
+        // Each keeps a connection for its turn (0.2 s), not for one call: the
+        // coordinator starts far fewer sessions than there are calls.
         worker.append_conf("pg_idgen.citus_max_connections_per_node = 2");
         worker.client().batch_execute("SELECT pg_reload_conf()").unwrap();
+        let mut sessions_started = || {
+            eventually(30, "no forwarding session left on the coordinator", || {
+                cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get::<_, i64>(0) == 0
+            });
+            cc.query_one("SELECT sessions FROM pg_stat_database WHERE datname = current_database()", &[]).unwrap().get::<_, i64>(0)
+        };
+        let started_before = sessions_started();
         let have_minted = AtomicUsize::new(0);
         let per_session: Vec<(Vec<i64>, Vec<String>)> = std::thread::scope(|s| {
             let sessions: Vec<_> = (0..8)
@@ -167,6 +177,8 @@ mod citus {
         let total: usize = per_session.iter().map(|(ids, _)| ids.len()).sum();
         assert!(failed.is_empty(), "{} calls failed ({total} minted): {:?}", failed.len(), failed.first());
         assert_eq!(have_minted.load(Ordering::Relaxed), 8);
+        let started = sessions_started() - started_before;
+        assert!(started > 0 && started as usize * 2 <= total, "{started} sessions started on the coordinator for {total} calls");
         assert!(per_session.iter().all(|(ids, _)| ids.windows(2).all(|w| w[0] < w[1])), "a session's IDs did not rise");
         let all: HashSet<i64> =
             per_session.iter().flat_map(|(ids, _)| ids.iter().copied()).chain([first, second, again]).chain(minted.iter().copied()).collect();

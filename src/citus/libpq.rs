@@ -187,11 +187,12 @@ fn close_where(mut all: RefMut<'_, Vec<Connection>>, gone: impl Fn(&Connection) 
 }
 
 /// Closes the idle connections to nodes that another backend waits to
-/// connect to (see `pool`): at the end of each call and transaction. Never
+/// connect to, once this backend has had its turn with them (see `pool`):
+/// at the end of each call and transaction. Never
 /// fails (it runs at commit): a connection list in use is left as it is.
 fn yield_to_waiters() {
     if let Some(all) = CONNECTIONS.try_borrow_mut() {
-        close_where(all, |c| c.state == State::Idle && c.slot.as_ref().is_some_and(Slot::wanted));
+        close_where(all, |c| c.state == State::Idle && c.slot.as_ref().is_some_and(Slot::turn_over));
     }
 }
 
