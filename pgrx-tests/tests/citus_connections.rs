@@ -1,8 +1,8 @@
 //! pg_idgen's connections between Citus nodes: a server's sessions keep at
-//! most `pg_idgen.citus_max_connections_per_node` open to another node (a
-//! session needing one more takes the place of one unused for 4 s, or waits
-//! and gives up with 53300 after 10 s), busy sessions share them without a
-//! failure, and a session another node opens never takes the slots kept for
+//! most `pg_idgen.citus_max_connections_per_node` (16 by default) open to
+//! another node; a session needing one more takes the place of one unused
+//! for 4 s, or waits and gives up with 53300 after 10 s; busy sessions share them without a failure, taking
+//! turns; and a session another node opens never takes the slots kept for
 //! administrators, even as a superuser.
 //! Needs Citus (scripts/citus); scripts/test filters these tests out, and
 //! counts them as skipped, where it is missing.
@@ -42,37 +42,28 @@ mod citus {
         let cluster = Cluster::start("citus_pool", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
         let worker = &cluster.workers[0];
         let mut a = worker.client();
+        let mut cc = cluster.coordinator.client();
+        let mut forwarded = || -> i64 {
+            cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0)
+        };
         a.batch_execute("BEGIN").unwrap();
+        let t0 = Instant::now();
         let first = mint(&mut a).unwrap_or_else(|e| panic!("{}", failure(&e)));
-        assert_eq!(forwarding_sessions(&cluster.coordinator), 1);
-
         let second = std::thread::scope(|s| {
-            let b = s.spawn(|| {
-                let mut b = worker.client();
-                b.batch_execute("SET application_name = 'second'").unwrap();
-                mint(&mut b)
-            });
-            let mut w = worker.client();
-            eventually(30, "session second waits on the worker", || {
-                let n: i64 = w
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'second' AND state = 'active' AND wait_event_type = 'Extension'",
-                        &[],
-                    )
-                    .unwrap()
-                    .get(0);
-                n == 1
-            });
+            let b = s.spawn(|| mint(&mut worker.client()));
             // Until it has minted, one forwarded session at most (at most 300 looks).
             for _ in 0..300 {
                 if b.is_finished() {
                     break;
                 }
-                assert!(forwarding_sessions(&cluster.coordinator) <= 1, "a waiting session opened a connection");
-                std::thread::sleep(Duration::from_millis(100));
+                assert!(forwarded() <= 1, "a waiting session opened a connection");
+                std::thread::sleep(Duration::from_millis(20));
             }
             b.join().unwrap()
         });
+        // B took A's place no sooner than 4 s after A's call ended (the
+        // coordinator ended A's session after 2 s).
+        assert!(t0.elapsed() >= Duration::from_secs(4), "B minted {:?} after A", t0.elapsed());
         let second = second.unwrap_or_else(|e| panic!("the waiting session: {}", failure(&e)));
         assert!(second > first, "{second} after {first}");
         let again = mint(&mut a).unwrap_or_else(|e| panic!("A again, in its open transaction: {}", failure(&e)));
@@ -87,7 +78,6 @@ mod citus {
         // loaded that it did before the stop, the call answers at once from a
         // new session, and the round starts again, at most 5 times.)
         let mut h = worker.client();
-        let mut cc = cluster.coordinator.client();
         let mut w = worker.client();
         let mut outcome = None;
         let mut minted = vec![];
@@ -225,8 +215,12 @@ mod citus {
         drop(idle);
     }
 
-    /// The coordinator keeps one slot for administrators, and ordinary
-    /// roles take all the others: a superuser's `next_shard_id(7)` through a
+    /// The coordinator allows 19 sessions besides the one slot it keeps for
+    /// administrators. Twenty worker sessions each mint in a transaction they
+    /// keep open until all have minted: with the default bound (16
+    /// connections from the worker), all mint and the coordinator never
+    /// serves more than 16 forwarded sessions (unbounded, the twentieth would
+    /// find no slot there). Then ordinary roles take all the other slots: a superuser's `next_shard_id(7)` through a
     /// worker is refused there (08001 naming the coordinator, its reason the
     /// reserved slots) instead of taking that slot, and an administrator can
     /// still connect. Once one ordinary session leaves, the call mints.
@@ -236,8 +230,43 @@ mod citus {
         cluster.coordinator.client().batch_execute("CREATE ROLE app LOGIN").unwrap();
         cluster.coordinator.append_conf("max_connections = 20\nsuperuser_reserved_connections = 1");
         cluster.coordinator.restart();
-        let mut w = cluster.workers[0].client();
+        let worker = &cluster.workers[0];
+        let mut w = worker.client();
+        assert_eq!(w.query_one("SHOW pg_idgen.citus_max_connections_per_node", &[]).unwrap().get::<_, String>(0), "16");
+        let mut cc = cluster.coordinator.client();
+        let have_minted = AtomicUsize::new(0);
+        let (minted, most) = std::thread::scope(|s| {
+            let sessions: Vec<_> = (0..20)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut c = worker.client();
+                        c.batch_execute("BEGIN").unwrap();
+                        let id = mint(&mut c).map_err(|e| failure(&e));
+                        have_minted.fetch_add(1, Ordering::Relaxed);
+                        // Until every session has minted (or failed), at most 60 s.
+                        let since = Instant::now();
+                        while have_minted.load(Ordering::Relaxed) < 20 && since.elapsed() < Duration::from_secs(60) {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        id
+                    })
+                })
+                .collect();
+            let mut most = 0;
+            let since = Instant::now();
+            while have_minted.load(Ordering::Relaxed) < 20 && since.elapsed() < Duration::from_secs(60) {
+                let n: i64 = cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0);
+                most = most.max(n);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (sessions.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(), most)
+        });
+        let ids: HashSet<i64> = minted.iter().map(|r| *r.as_ref().unwrap_or_else(|e| panic!("one of 20 sessions at once: {e}"))).collect();
+        assert_eq!(ids.len(), 20, "duplicate IDs");
+        assert!((1..=16).contains(&most), "the coordinator served {most} forwarded sessions at once");
+        drop(cc);
         let before = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        assert!(ids.iter().all(|id| *id < before), "{before} after {ids:?}");
         drop(w);
         eventually(30, "the worker's forwarded session ended", || forwarding_sessions(&cluster.coordinator) == 0);
 

@@ -54,6 +54,9 @@ pub fn hop() -> usize {
 /// but whose answer was lost only skips IDs, or repeats an idempotent step
 /// of a hand-over). `what` names the node for an error.
 pub fn call(addr: &Addr, request: &Request<'_>, role: As, function: &'static str, what: &dyn Fn() -> String) -> Vec<Vec<Option<String>>> {
+    let mut rhythm = RHYTHM.get();
+    rhythm.gap = rhythm.last_end.map(|t| t.elapsed());
+    RHYTHM.set(rhythm);
     let info = conninfo(addr, role);
     let statements = statements();
     let mut retried = false;
@@ -186,13 +189,47 @@ fn close_where(mut all: RefMut<'_, Vec<Connection>>, gone: impl Fn(&Connection) 
     gone.into_iter().for_each(finish);
 }
 
+/// How soon after its last call a session that calls again, and ends its
+/// transaction after a call, counts as calling in a loop.
+const LOOP_GAP: Duration = Duration::from_millis(20);
+
+/// When this backend's last call to another node ended, and how long it had
+/// not called before that call began.
+#[derive(Clone, Copy, Default)]
+struct Rhythm {
+    last_end: Option<Instant>,
+    gap: Option<Duration>,
+}
+
+static RHYTHM: BackendLocal<Rhythm> = BackendLocal::new(Rhythm { last_end: None, gap: None });
+
+/// Whether this backend runs shard queries for Citus (which names them so,
+/// and tells them apart the same way).
+fn citus_internal() -> bool {
+    // SAFETY: a setting's variable, read on the backend's one thread.
+    let name = unsafe { pg_sys::application_name };
+    // SAFETY: a NUL-terminated string PostgreSQL owns, when set.
+    !name.is_null() && unsafe { CStr::from_ptr(name) }.to_bytes().starts_with(b"citus_internal gpid=")
+}
+
 /// Closes the idle connections to nodes that another backend waits to
-/// connect to, once this backend has had its turn with them (see `pool`):
-/// at the end of each call and transaction. Never
-/// fails (it runs at commit): a connection list in use is left as it is.
-fn yield_to_waiters() {
+/// connect to (see `pool`), at the end of each call and transaction, once
+/// this backend has had its turn with them. At the end of a transaction it
+/// keeps its turn only while it calls in a loop (its last call began within
+/// LOOP_GAP of the one before and ended within LOOP_GAP): a session that
+/// goes idle, or whose transaction went on after its call, gives its
+/// connection up at once instead of holding it unused. Citus's shard
+/// queries take no turns: each is one statement of a distributed one, whose
+/// other shard queries may be the ones waiting. Never fails (it runs at
+/// commit): a connection list in use is left as it is.
+fn yield_to_waiters(transaction_end: bool) {
+    let keep_turn = !citus_internal()
+        && (!transaction_end || {
+            let r = RHYTHM.get();
+            r.gap.is_some_and(|g| g < LOOP_GAP) && r.last_end.is_some_and(|t| t.elapsed() < LOOP_GAP)
+        });
     if let Some(all) = CONNECTIONS.try_borrow_mut() {
-        close_where(all, |c| c.state == State::Idle && c.slot.as_ref().is_some_and(Slot::turn_over));
+        close_where(all, |c| c.state == State::Idle && c.slot.as_ref().is_some_and(|s| s.must_yield(keep_turn)));
     }
 }
 
@@ -415,7 +452,7 @@ fn register_callbacks_once() {
 unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
     use pg_sys::XactEvent::*;
     if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
-        yield_to_waiters();
+        yield_to_waiters(true);
     }
 }
 
@@ -483,7 +520,8 @@ fn run(
     };
     pending.done();
     set_state(info, State::Idle);
-    yield_to_waiters();
+    RHYTHM.set(Rhythm { last_end: Some(Instant::now()), ..RHYTHM.get() });
+    yield_to_waiters(false);
     outcome
 }
 

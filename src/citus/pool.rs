@@ -1,8 +1,8 @@
 //! Connections between nodes, counted both ways.
 //!
-//! Going out, when `pg_idgen.citus_max_connections_per_node` is set (0, no
-//! bound, by default): this server's backends together keep at most that
-//! many connections open to any one other node, each holding a place in
+//! Going out, unless `pg_idgen.citus_max_connections_per_node` is 0 (it is
+//! 16 by default): this server's backends together keep at most that many
+//! connections open to any one other node, each holding a place in
 //! shared memory. A backend needing one more takes a free place, or one
 //! whose connection has not been used for [`RECLAIM_AFTER`]: the other node
 //! ended that session after [`IDLE`] unused (`idle_session_timeout`, set on
@@ -10,11 +10,13 @@
 //! idle or in a transaction. The backend that kept it finds its place taken
 //! at its next call and connects again. Otherwise it waits its turn (the
 //! longest waiting first), at most [`WAIT`] and cancellably, and raises
-//! 53300; while it waits, a backend ending a call or a transaction closes
-//! its connection to that node once it has kept it for [`TURN`], so that
-//! busy sessions (and the shard queries of one distributed statement) share
-//! the connections, taking turns: each new connection costs the other node
-//! a session start, paid once per turn, not once per call.
+//! 53300. While it waits, a backend ending a call or a transaction closes
+//! its connection to that node once it has kept it for [`TURN`], and at the
+//! end of a transaction at once unless it calls in a loop (see
+//! `libpq::yield_to_waiters`), so that busy sessions (and the shard queries
+//! of one distributed statement) share the connections, taking turns: a
+//! session calling in a loop pays a new connection (a session start on the
+//! other node) once per turn, not once per call.
 //!
 //! Coming in: a session another node opens here (`pg_idgen.forwarded` set
 //! at connection start) never takes a slot `superuser_reserved_connections`
@@ -64,8 +66,10 @@ const WANTED_FOR: Duration = Duration::from_millis(100);
 /// backend still takes a place, without its turn).
 const MAX_WANTED: usize = 256;
 
-/// 0: no bound (each backend keeps up to 4 connections of its own).
-static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// The most connections to one node (0: no bound; each backend then keeps
+/// up to 4 connections of its own).
+const DEFAULT_PER_NODE: i32 = 16;
+static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_PER_NODE);
 
 /// `pg_idgen.forwarded`: how many times the call a session serves was
 /// forwarded (see `libpq::hop`). Defined by hand, not through pgrx, for its
@@ -286,12 +290,12 @@ impl Slot {
         self.node
     }
 
-    /// Whether this backend has had its turn ([`TURN`]) and another waits for
-    /// a connection to this one's node: then this one is closed at the end
-    /// of its call or transaction.
-    pub fn turn_over(&self) -> bool {
+    /// Whether another backend waits for a connection to this one's node,
+    /// and this backend has had its turn ([`TURN`]) or does not `keep_turn`:
+    /// then this one is closed at the end of its call or transaction.
+    pub fn must_yield(&self, keep_turn: bool) -> bool {
         let t = now();
-        t.saturating_sub(self.taken) >= TURN.as_nanos() as u64
+        (!keep_turn || t.saturating_sub(self.taken) >= TURN.as_nanos() as u64)
             && pool().wanted.iter().any(|w| w.node.load(Ordering::Acquire) == self.node && w.until.load(Ordering::Acquire) > t)
     }
 
