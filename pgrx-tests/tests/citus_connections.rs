@@ -9,7 +9,7 @@
 
 mod citus {
     use std::collections::HashSet;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     use pg_idgen_e2e::citus::{assert_repartitioned, failure, make_src_and_dst, Cluster, INSERT_SELECT};
@@ -173,6 +173,89 @@ mod citus {
         let all: HashSet<i64> =
             per_session.iter().flat_map(|(ids, _)| ids.iter().copied()).chain([first, second, again]).chain(minted.iter().copied()).collect();
         assert_eq!(all.len(), total + 3 + minted.len(), "duplicate IDs");
+    }
+
+    /// Connections opened while there was no bound are given up at their
+    /// next call once there is one: four sessions that minted unbounded,
+    /// then once more each after a reload to 2, leave at most 2 forwarded
+    /// sessions on the coordinator. Then an ordinary role's 12 sessions each
+    /// mint in a transaction they keep open 4.3 s, again and again, holding
+    /// both places and queueing for them: another ordinary role's 6 calls, a
+    /// second apart, all mint (its sessions go before those of a role
+    /// holding more places, and that role's sessions give theirs up to it).
+    /// No ID repeats.
+    #[test]
+    fn one_roles_sessions_cannot_keep_another_roles_waiting() {
+        let cluster = Cluster::start("citus_pool_roles", 1, &["pg_idgen.citus_max_connections_per_node = 0"]);
+        let worker = &cluster.workers[0];
+        cluster.coordinator.client().batch_execute("CREATE ROLE mallory LOGIN; CREATE ROLE alice LOGIN").unwrap();
+        let mut w = worker.client();
+        eventually(30, "the roles reached the worker", || {
+            w.query_one("SELECT count(*) FROM pg_roles WHERE rolname IN ('mallory', 'alice')", &[]).unwrap().get::<_, i64>(0) == 2
+        });
+        let mut cc = cluster.coordinator.client();
+        let mut forwarded = || -> i64 {
+            cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0)
+        };
+        let mut four: Vec<Client> = (0..4).map(|_| worker.client()).collect();
+        let mut ids: Vec<i64> = four.iter_mut().map(|c| mint(c).unwrap_or_else(|e| panic!("{}", failure(&e)))).collect();
+        assert_eq!(forwarded(), 4);
+        worker.append_conf("pg_idgen.citus_max_connections_per_node = 2");
+        w.batch_execute("SELECT pg_reload_conf()").unwrap();
+        for c in &mut four {
+            ids.push(mint(c).unwrap_or_else(|e| panic!("after the reload: {}", failure(&e))));
+        }
+        assert!(forwarded() <= 2, "{} forwarded sessions at a bound of 2", forwarded());
+        drop(four);
+
+        let stop = AtomicBool::new(false);
+        let (mallory, alice) = std::thread::scope(|s| {
+            let sessions: Vec<_> = (0..12)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut c = worker.client_as("postgres", "mallory");
+                        let mut minted = vec![];
+                        let since = Instant::now();
+                        while !stop.load(Ordering::Relaxed) && since.elapsed() < Duration::from_secs(120) {
+                            c.batch_execute("BEGIN").unwrap();
+                            if let Ok(id) = mint(&mut c) {
+                                minted.push(id);
+                                for _ in 0..43 {
+                                    if stop.load(Ordering::Relaxed) {
+                                        break;
+                                    }
+                                    std::thread::sleep(Duration::from_millis(100));
+                                }
+                            }
+                            c.batch_execute("ROLLBACK").unwrap();
+                        }
+                        minted
+                    })
+                })
+                .collect();
+            // Once mallory's sessions hold both places and queue (at most 30 s).
+            eventually(30, "mallory's sessions wait for a place", || {
+                let n: i64 = w
+                    .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = 'mallory' AND wait_event_type = 'Extension'", &[])
+                    .unwrap()
+                    .get(0);
+                n >= 8
+            });
+            let mut a = worker.client_as("postgres", "alice");
+            let alice: Vec<Result<i64, String>> = (0..6)
+                .map(|_| {
+                    let r = mint(&mut a).map_err(|e| failure(&e));
+                    std::thread::sleep(Duration::from_secs(1));
+                    r
+                })
+                .collect();
+            stop.store(true, Ordering::Relaxed);
+            (sessions.into_iter().flat_map(|h| h.join().unwrap()).collect::<Vec<i64>>(), alice)
+        });
+        let alice: Vec<i64> = alice.into_iter().map(|r| r.unwrap_or_else(|e| panic!("alice's call, with mallory's 12 sessions: {e}"))).collect();
+        assert!(alice.windows(2).all(|p| p[0] < p[1]), "{alice:?}");
+        let all: HashSet<i64> = ids.iter().chain(&alice).chain(&mallory).copied().collect();
+        assert_eq!(all.len(), ids.len() + alice.len() + mallory.len(), "duplicate IDs");
     }
 
     /// A repartitioned `INSERT ... SELECT` mints shard 8 (the coordinator's)

@@ -61,7 +61,7 @@ pub fn call(addr: &Addr, request: &Request<'_>, role: As, function: &'static str
     let statements = statements();
     let mut retried = false;
     loop {
-        let conn = connection(&info, &statements, addr, function, what);
+        let conn = connection(&info, user(role), &statements, addr, function, what);
         match run(conn, &info, request, &statements) {
             Ok(rows) => return rows,
             Err(Failure::Remote(e)) => e.raise(),
@@ -97,17 +97,22 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most connections a backend keeps open (one per node it calls).
 const MAX_CONNECTIONS: usize = 4;
 
+/// The role a call connects as.
+fn user(role: As) -> pg_sys::Oid {
+    match role {
+        // SAFETY: reads the current role's OID; no preconditions.
+        As::Caller => unsafe { pg_sys::GetUserId() },
+        As::Owner => catalog::extension_owner(),
+    }
+}
+
 /// How to reach `addr`: as `role`, in this database, one hop further than
 /// this session, with what Citus itself connects with appended: its
 /// `citus.node_conninfo` (TLS and the like) and the role's entry for that
 /// node in `pg_dist_authinfo` (a password, a certificate), if any.
 fn conninfo(addr: &Addr, role: As) -> String {
     let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
-    let user = match role {
-        // SAFETY: reads the current role's OID; no preconditions.
-        As::Caller => unsafe { pg_sys::GetUserId() },
-        As::Owner => catalog::extension_owner(),
-    };
+    let user = user(role);
     // SAFETY: names of a role and of the current database, copied at once.
     let (user, db) = unsafe {
         let user = CStr::from_ptr(pg_sys::GetUserNameFromId(user, false)).to_string_lossy().into_owned();
@@ -276,6 +281,7 @@ impl Drop for Pending<'_> {
 /// wait in it can be cancelled.
 fn connection(
     info: &str,
+    user: pg_sys::Oid,
     statements: &[(&'static CStr, String, [pg_sys::Oid; 2])],
     addr: &Addr,
     function: &'static str,
@@ -287,8 +293,10 @@ fn connection(
         if let Some(i) = all.iter().position(|c| c.info == info) {
             let c = &all[i];
             // SAFETY: reads the status of a live connection. A connection
-            // whose slot another backend took is closed at the other end.
-            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK && c.slot.as_ref().is_none_or(Slot::begin_call) {
+            // whose slot another backend took is closed at the other end;
+            // one opened while connections were not bounded is not kept
+            // once they are.
+            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK && c.slot.as_ref().map_or(!pool::bounded(), Slot::begin_call) {
                 let mut c = all.remove(i);
                 c.state = State::Busy;
                 let conn = c.conn;
@@ -304,7 +312,7 @@ fn connection(
     };
     oldest.into_iter().for_each(finish);
     register_callbacks_once();
-    let slot = pool::bounded().then(|| pool::acquire(addr, function, &close_own));
+    let slot = pool::bounded().then(|| pool::acquire(addr, user, function, &close_own));
     let l = libpq();
     let fail = |f: Failure| -> ! {
         drop_connection(info);

@@ -8,11 +8,14 @@
 //! ended that session after [`IDLE`] unused (`idle_session_timeout`, set on
 //! every connection), so it is closed there whatever its backend here does,
 //! idle or in a transaction. The backend that kept it finds its place taken
-//! at its next call and connects again. Otherwise it waits its turn (the
-//! longest waiting first), at most [`WAIT`] and cancellably, and raises
-//! 53300. While it waits, a backend ending a call or a transaction closes
-//! its connection to that node once it has kept it for [`TURN`], and at the
-//! end of a transaction at once unless it calls in a loop (see
+//! at its next call and connects again. Otherwise it waits its turn, at
+//! most [`WAIT`] and cancellably, and raises 53300: first the backends whose
+//! role holds the fewest places to the node, among them the longest
+//! waiting, so that one role's sessions, however many, cannot keep
+//! another's waiting. While it waits, a backend whose role holds as many
+//! places or more, ending a call or a transaction, closes its connection to
+//! that node once it has kept it for [`TURN`], and at the end of a
+//! transaction at once unless it calls in a loop (see
 //! `libpq::yield_to_waiters`), so that busy sessions (and the shard queries
 //! of one distributed statement) share the connections, taking turns: a
 //! session calling in a loop pays a new connection (a session start on the
@@ -63,7 +66,8 @@ pub const WAIT: Duration = Duration::from_secs(10);
 const WANTED_FOR: Duration = Duration::from_millis(100);
 
 /// How many backends can note that they wait at once (past it, a waiting
-/// backend still takes a place, without its turn).
+/// backend still takes a place when its turn comes, but the others do not
+/// know to give it a turn).
 const MAX_WANTED: usize = 256;
 
 /// The most connections to one node (0: no bound; each backend then keeps
@@ -180,14 +184,39 @@ struct Place {
     /// When the last call ended (or, while one runs, began), in monotonic
     /// nanoseconds, the same in every process.
     since: AtomicU64,
+    /// The role the connection is made as (its OID).
+    role: AtomicU64,
 }
 
-/// A backend waiting to connect to a node: since when (its turn), and until
-/// when the wish lasts unless renewed (monotonic nanoseconds).
+/// A backend waiting to connect to a node as a role: since when, and until
+/// when the wish lasts unless renewed (monotonic nanoseconds); and how many
+/// places to the node its role held when it last looked (see
+/// [`Wanted::before`]).
 struct Wanted {
     node: AtomicU64,
     first: AtomicU64,
     until: AtomicU64,
+    role: AtomicU64,
+    held: AtomicU64,
+}
+
+impl Wanted {
+    fn live(&self, node: u64, t: u64) -> bool {
+        self.node.load(Ordering::Acquire) == node && self.until.load(Ordering::Acquire) > t
+    }
+
+    /// Whether this wish's turn comes before that of a backend of `role`,
+    /// waiting since `first`, whose role holds `held` places: the same
+    /// role's in the order they began to wait; another role's in the order
+    /// of the places each holds (as last noted), then of waiting.
+    fn before(&self, role: u64, held: u64, first: u64) -> bool {
+        let theirs = self.first.load(Ordering::Acquire);
+        if self.role.load(Ordering::Acquire) == role {
+            theirs < first
+        } else {
+            (self.held.load(Ordering::Acquire), theirs) < (held, first)
+        }
+    }
 }
 
 pub struct Pool {
@@ -210,9 +239,10 @@ static READY: AtomicBool = AtomicBool::new(false);
 /// Requests the places' shared memory; called while preloading, with Citus.
 pub fn init() {
     #[allow(clippy::declare_interior_mutable_const)]
-    const FREE: Place = Place { node: AtomicU64::new(0), word: AtomicU64::new(0), since: AtomicU64::new(0) };
+    const FREE: Place = Place { node: AtomicU64::new(0), word: AtomicU64::new(0), since: AtomicU64::new(0), role: AtomicU64::new(0) };
     #[allow(clippy::declare_interior_mutable_const)]
-    const NONE: Wanted = Wanted { node: AtomicU64::new(0), first: AtomicU64::new(0), until: AtomicU64::new(0) };
+    const NONE: Wanted =
+        Wanted { node: AtomicU64::new(0), first: AtomicU64::new(0), until: AtomicU64::new(0), role: AtomicU64::new(0), held: AtomicU64::new(0) };
     pg_shmem_init!(POOL = Pool { lock: AtomicBool::new(false), places: [FREE; MAX_SLOTS], wanted: [NONE; MAX_WANTED] });
     READY.store(true, Ordering::Relaxed);
 }
@@ -267,6 +297,7 @@ pub struct Slot {
     node: u64,
     /// When this backend took it (monotonic nanoseconds).
     taken: u64,
+    role: u64,
 }
 
 impl Slot {
@@ -291,12 +322,22 @@ impl Slot {
     }
 
     /// Whether another backend waits for a connection to this one's node,
-    /// and this backend has had its turn ([`TURN`]) or does not `keep_turn`:
-    /// then this one is closed at the end of its call or transaction.
+    /// of this one's role or of one holding no more places there, and this
+    /// backend has had its turn ([`TURN`]) or does not `keep_turn`: then
+    /// this one is closed at the end of its call or transaction. (A role
+    /// holding many places cannot keep another role's sessions waiting.)
     pub fn must_yield(&self, keep_turn: bool) -> bool {
         let t = now();
-        (!keep_turn || t.saturating_sub(self.taken) >= TURN.as_nanos() as u64)
-            && pool().wanted.iter().any(|w| w.node.load(Ordering::Acquire) == self.node && w.until.load(Ordering::Acquire) > t)
+        if keep_turn && t.saturating_sub(self.taken) < TURN.as_nanos() as u64 {
+            return false;
+        }
+        let pool = pool();
+        let mut waiting = pool.wanted.iter().filter(|w| w.live(self.node, t)).peekable();
+        if waiting.peek().is_none() {
+            return false;
+        }
+        let mine = held(pool, self.node, self.role);
+        waiting.any(|w| w.role.load(Ordering::Acquire) == self.role || w.held.load(Ordering::Acquire) <= mine)
     }
 
     /// Marks the call over: the connection is unused from now.
@@ -328,19 +369,27 @@ fn key(addr: &Addr) -> u64 {
     h.max(1)
 }
 
+/// How many places to node `key` connections made as `role` hold.
+fn held(pool: &Pool, key: u64, role: u64) -> u64 {
+    pool.places.iter().filter(|p| p.node.load(Ordering::Acquire) == key && p.role.load(Ordering::Acquire) == role).count() as u64
+}
+
 /// Whether connections to other nodes are bounded (`pg_idgen.citus_max_connections_per_node` > 0).
 pub fn bounded() -> bool {
     MAX_PER_NODE.get() > 0
 }
 
-/// A place for one more connection to `addr`, marked in use: a free one
-/// while this server keeps fewer than the most allowed to that node, else
-/// one whose connection has gone unused for RECLAIM_AFTER (or was abandoned
-/// in use); a free place goes to the backend that has waited longest.
-/// `close_own` closes this backend's own unused connections to the node
-/// (once, before it waits). Waits at most WAIT, then raises 53300.
-pub fn acquire(addr: &Addr, function: &'static str, close_own: &dyn Fn(u64)) -> Slot {
+/// A place for one more connection to `addr` as `role`, marked in use: a
+/// free one while this server keeps fewer than the most allowed to that
+/// node, else one whose connection has gone unused for RECLAIM_AFTER (or
+/// was abandoned in use). A free place goes to the waiting backend whose
+/// role holds the fewest places to the node, among those to the one that
+/// has waited longest. `close_own` closes this backend's own unused
+/// connections to the node (once, before it waits). Waits at most WAIT,
+/// then raises 53300.
+pub fn acquire(addr: &Addr, role: pg_sys::Oid, function: &'static str, close_own: &dyn Fn(u64)) -> Slot {
     let key = key(addr);
+    let role = u64::from(role.to_u32());
     let start = now();
     let deadline = start + WAIT.as_nanos() as u64;
     let mut waited = false;
@@ -350,21 +399,15 @@ pub fn acquire(addr: &Addr, function: &'static str, close_own: &dyn Fn(u64)) -> 
         let t = now();
         let taken = locked(|pool| {
             let places = &pool.places;
-            // Another backend that has waited longer goes first.
-            let my_first = wish.map_or(t, |i| pool.wanted[i].first.load(Ordering::Acquire));
-            let earlier = pool.wanted.iter().enumerate().any(|(i, w)| {
-                Some(i) != wish
-                    && w.node.load(Ordering::Acquire) == key
-                    && w.until.load(Ordering::Acquire) > t
-                    && w.first.load(Ordering::Acquire) < my_first
-            });
+            let mine = held(pool, key, role);
+            let ahead = pool.wanted.iter().enumerate().any(|(i, w)| Some(i) != wish && w.live(key, t) && w.before(role, mine, start));
             let reclaimable = |p: &Place| {
                 let w = p.word.load(Ordering::Acquire);
                 let idle = t.saturating_sub(p.since.load(Ordering::Acquire));
                 idle >= (if w & BUSY == 0 { RECLAIM_AFTER } else { ABANDONED_AFTER }).as_nanos() as u64
             };
             let count = places.iter().filter(|p| p.node.load(Ordering::Acquire) == key).count();
-            let index = if earlier {
+            let index = if ahead {
                 None
             } else if count < limit {
                 // A free place, or one of any node unused long enough.
@@ -379,11 +422,12 @@ pub fn acquire(addr: &Addr, function: &'static str, close_own: &dyn Fn(u64)) -> 
             // the place stays its own, and this backend looks again).
             p.word.compare_exchange(w, generation | BUSY, Ordering::AcqRel, Ordering::Acquire).ok()?;
             p.since.store(t, Ordering::Release);
+            p.role.store(role, Ordering::Release);
             p.node.store(key, Ordering::Release);
             if let Some(i) = wish {
                 pool.wanted[i].until.store(0, Ordering::Release);
             }
-            Some(Slot { index, generation, node: key, taken: t })
+            Some(Slot { index, generation, node: key, taken: t, role })
         });
         if let Some(slot) = taken {
             return slot;
@@ -393,7 +437,7 @@ pub fn acquire(addr: &Addr, function: &'static str, close_own: &dyn Fn(u64)) -> 
             close_own(key);
             continue;
         }
-        wish = want(key, wish, start, t);
+        wish = want(key, role, wish, start, t);
         if now() >= deadline {
             IdError::CitusTooManyConnections { node: addr.describe(), function, limit: limit as u32, waited_s: WAIT.as_secs() }.raise()
         }
@@ -402,18 +446,29 @@ pub fn acquire(addr: &Addr, function: &'static str, close_own: &dyn Fn(u64)) -> 
 }
 
 /// Notes (or renews) that this backend has waited since `first` for a
-/// connection to node `key`, for WANTED_FOR from `t`: in its own entry, or
-/// one that lapsed (a backend gone lets its wish lapse by itself).
-fn want(key: u64, wish: Option<usize>, first: u64, t: u64) -> Option<usize> {
+/// connection to node `key` as `role`, for WANTED_FOR from `t`, with the
+/// places its role holds there: in its own entry, or one that lapsed (a
+/// backend gone lets its wish lapse by itself), or, all being in use, one of
+/// a role with at least two entries more than its own (so that one role's
+/// sessions cannot leave another's unnoted).
+fn want(key: u64, role: u64, wish: Option<usize>, first: u64, t: u64) -> Option<usize> {
     let until = t + WANTED_FOR.as_nanos() as u64;
     locked(|pool| {
         let mine = |i: &usize| {
             let w = &pool.wanted[*i];
-            w.node.load(Ordering::Acquire) == key && w.first.load(Ordering::Acquire) == first
+            w.node.load(Ordering::Acquire) == key && w.role.load(Ordering::Acquire) == role && w.first.load(Ordering::Acquire) == first
         };
-        let i = wish.filter(mine).or_else(|| pool.wanted.iter().position(|w| w.until.load(Ordering::Acquire) <= t))?;
+        let live = |w: &Wanted| w.until.load(Ordering::Acquire) > t;
+        let entries = |r: u64| pool.wanted.iter().filter(|w| live(w) && w.role.load(Ordering::Acquire) == r).count();
+        let i = wish.filter(mine).or_else(|| pool.wanted.iter().position(|w| !live(w))).or_else(|| {
+            let own = entries(role);
+            // (No role has two more than a role with half of them.)
+            (own < MAX_WANTED / 2).then(|| pool.wanted.iter().position(|w| entries(w.role.load(Ordering::Acquire)) > own + 1)).flatten()
+        })?;
         let w = &pool.wanted[i];
         w.node.store(key, Ordering::Release);
+        w.role.store(role, Ordering::Release);
+        w.held.store(held(pool, key, role), Ordering::Release);
         w.first.store(first, Ordering::Release);
         w.until.store(until, Ordering::Release);
         Some(i)
