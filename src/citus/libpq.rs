@@ -200,7 +200,7 @@ const LOOP_GAP: Duration = Duration::from_millis(20);
 
 /// When this backend's last call to another node ended, and how long it had
 /// not called before that call began.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Rhythm {
     last_end: Option<Instant>,
     gap: Option<Duration>,

@@ -12,10 +12,10 @@
 //! most [`WAIT`] and cancellably, and raises 53300: first the backends whose
 //! role holds the fewest places to the node, among them the longest
 //! waiting, so that one role's sessions, however many, cannot keep
-//! another's waiting. While it waits, a backend whose role holds as many
-//! places or more, ending a call or a transaction, closes its connection to
-//! that node once it has kept it for [`TURN`], and at the end of a
-//! transaction at once unless it calls in a loop (see
+//! another's waiting. While it waits, a backend of its role, or of a role
+//! holding as many places or more, ending a call or a transaction, closes
+//! its connection to that node once it has kept it for [`TURN`], and at the
+//! end of a transaction at once unless it calls in a loop (see
 //! `libpq::yield_to_waiters`), so that busy sessions (and the shard queries
 //! of one distributed statement) share the connections, taking turns: a
 //! session calling in a loop pays a new connection (a session start on the
