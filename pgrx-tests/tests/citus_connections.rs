@@ -1,6 +1,6 @@
 //! pg_idgen's connections between Citus nodes: a server's sessions keep at
-//! most `pg_idgen.citus_max_connections_per_node` (16 by default) open to
-//! another node; a session needing one more takes the place of one unused
+//! most `pg_idgen.citus_max_connections_per_node` (when set; 0, no bound,
+//! by default) open to another node; a session needing one more takes the place of one unused
 //! for 4 s, or waits and gives up with 53300 after 10 s; busy sessions share them without a failure, taking
 //! turns; and a session another node opens never takes the slots kept for
 //! administrators, even as a superuser.
@@ -300,8 +300,8 @@ mod citus {
 
     /// The coordinator allows 19 sessions besides the one slot it keeps for
     /// administrators. Twenty worker sessions each mint in a transaction they
-    /// keep open until all have minted: with the default bound (16
-    /// connections from the worker), all mint and the coordinator never
+    /// keep open until all have minted: with a bound of 16 connections from
+    /// the worker (there is none by default), all mint and the coordinator never
     /// serves more than 16 forwarded sessions (unbounded, the twentieth would
     /// find no slot there). Then ordinary roles take all the other slots: a superuser's `next_shard_id(7)` through a
     /// worker is refused there (08001 naming the coordinator, its reason the
@@ -315,7 +315,12 @@ mod citus {
         cluster.coordinator.restart();
         let worker = &cluster.workers[0];
         let mut w = worker.client();
-        assert_eq!(w.query_one("SHOW pg_idgen.citus_max_connections_per_node", &[]).unwrap().get::<_, String>(0), "16");
+        let show = |c: &mut Client| c.query_one("SHOW pg_idgen.citus_max_connections_per_node", &[]).unwrap().get::<_, String>(0);
+        assert_eq!(show(&mut w), "0", "no bound by default");
+        worker.append_conf("pg_idgen.citus_max_connections_per_node = 16");
+        w.batch_execute("SELECT pg_reload_conf()").unwrap();
+        eventually(30, "the worker's new sessions are bounded", || show(&mut worker.client()) == "16");
+        let mut w = worker.client();
         let mut cc = cluster.coordinator.client();
         let have_minted = AtomicUsize::new(0);
         let (minted, most) = std::thread::scope(|s| {

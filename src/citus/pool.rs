@@ -1,8 +1,8 @@
 //! Connections between nodes, counted both ways.
 //!
-//! Going out, unless `pg_idgen.citus_max_connections_per_node` is 0 (it is
-//! 16 by default): this server's backends together keep at most that many
-//! connections open to any one other node, each holding a place in
+//! Going out, when `pg_idgen.citus_max_connections_per_node` is set (0, no
+//! bound, by default): this server's backends together keep at most that
+//! many connections open to any one other node, each holding a place in
 //! shared memory. A backend needing one more takes a free place, or one
 //! whose connection has not been used for [`RECLAIM_AFTER`]: the other node
 //! ended that session after [`IDLE`] unused (`idle_session_timeout`, set on
@@ -70,10 +70,11 @@ const WANTED_FOR: Duration = Duration::from_millis(100);
 /// know to give it a turn).
 const MAX_WANTED: usize = 256;
 
-/// The most connections to one node (0: no bound; each backend then keeps
-/// up to 4 connections of its own).
-const DEFAULT_PER_NODE: i32 = 16;
-static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_PER_NODE);
+/// The most connections to one node (0: no bound, the default; each backend
+/// then keeps up to 4 connections of its own). Not bounded by default: past
+/// a bound, Citus's shard queries queue for connections, and a repartitioned
+/// `INSERT ... SELECT` that ran in seconds unbounded can take minutes.
+static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `pg_idgen.forwarded`: how many times the call a session serves was
 /// forwarded (see `libpq::hop`). Defined by hand, not through pgrx, for its
@@ -257,8 +258,16 @@ fn pool() -> &'static Pool {
 /// Runs `f` on the pool under its lock.
 fn locked<T>(f: impl FnOnce(&'static Pool) -> T) -> T {
     let pool = pool();
+    // Spins a little, then gives the CPU up between tries, so that many
+    // waiting backends do not keep the holder from running.
+    let mut tries = 0u32;
     while pool.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-        std::hint::spin_loop();
+        tries += 1;
+        if tries < 100 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
     let out = f(pool);
     pool.lock.store(false, Ordering::Release);
@@ -449,8 +458,9 @@ pub fn acquire(addr: &Addr, role: pg_sys::Oid, function: &'static str, close_own
 /// connection to node `key` as `role`, for WANTED_FOR from `t`, with the
 /// places its role holds there: in its own entry, or one that lapsed (a
 /// backend gone lets its wish lapse by itself), or, all being in use, one of
-/// a role with at least two entries more than its own (so that one role's
-/// sessions cannot leave another's unnoted).
+/// a role with at least two entries more than its own, if one of eight it
+/// looks at is (so that one role's sessions are unlikely to leave
+/// another's unnoted).
 fn want(key: u64, role: u64, wish: Option<usize>, first: u64, t: u64) -> Option<usize> {
     let until = t + WANTED_FOR.as_nanos() as u64;
     locked(|pool| {
@@ -461,9 +471,10 @@ fn want(key: u64, role: u64, wish: Option<usize>, first: u64, t: u64) -> Option<
         let live = |w: &Wanted| w.until.load(Ordering::Acquire) > t;
         let entries = |r: u64| pool.wanted.iter().filter(|w| live(w) && w.role.load(Ordering::Acquire) == r).count();
         let i = wish.filter(mine).or_else(|| pool.wanted.iter().position(|w| !live(w))).or_else(|| {
+            // Eight entries looked at, from a place that varies: a role with
+            // many is likely among them, and the work under the lock stays small.
             let own = entries(role);
-            // (No role has two more than a role with half of them.)
-            (own < MAX_WANTED / 2).then(|| pool.wanted.iter().position(|w| entries(w.role.load(Ordering::Acquire)) > own + 1)).flatten()
+            (0..8).map(|k| (first as usize / 1000 + k * 31) % MAX_WANTED).find(|&i| entries(pool.wanted[i].role.load(Ordering::Acquire)) > own + 1)
         })?;
         let w = &pool.wanted[i];
         w.node.store(key, Ordering::Release);
