@@ -16,10 +16,14 @@ mod citus {
     use pg_idgen_e2e::postgres::Client;
     use pg_idgen_e2e::{eventually, sqlstate, Server};
 
-    /// Sessions other nodes opened on `server` to mint there.
-    fn forwarding_sessions(server: &Server) -> i64 {
-        let mut c = server.client();
+    /// Sessions other nodes opened, on the server of `c`, to mint there.
+    fn forwarded(c: &mut Client) -> i64 {
         c.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0)
+    }
+
+    /// The same, in a session of its own on `server`.
+    fn forwarding_sessions(server: &Server) -> i64 {
+        forwarded(&mut server.client())
     }
 
     fn mint(c: &mut Client) -> Result<i64, pg_idgen_e2e::postgres::Error> {
@@ -43,9 +47,6 @@ mod citus {
         let worker = &cluster.workers[0];
         let mut a = worker.client();
         let mut cc = cluster.coordinator.client();
-        let mut forwarded = || -> i64 {
-            cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0)
-        };
         a.batch_execute("BEGIN").unwrap();
         let t0 = Instant::now();
         let first = mint(&mut a).unwrap_or_else(|e| panic!("{}", failure(&e)));
@@ -56,7 +57,7 @@ mod citus {
                 if b.is_finished() {
                     break;
                 }
-                assert!(forwarded() <= 1, "a waiting session opened a connection");
+                assert!(forwarded(&mut cc) <= 1, "a waiting session opened a connection");
                 std::thread::sleep(Duration::from_millis(20));
             }
             b.join().unwrap()
@@ -133,7 +134,7 @@ mod citus {
         worker.client().batch_execute("SELECT pg_reload_conf()").unwrap();
         let mut sessions_started = || {
             eventually(30, "no forwarding session left on the coordinator", || {
-                cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get::<_, i64>(0) == 0
+                forwarded(&mut cc) == 0
             });
             cc.query_one("SELECT sessions FROM pg_stat_database WHERE datname = current_database()", &[]).unwrap().get::<_, i64>(0)
         };
@@ -194,18 +195,16 @@ mod citus {
             w.query_one("SELECT count(*) FROM pg_roles WHERE rolname IN ('mallory', 'alice')", &[]).unwrap().get::<_, i64>(0) == 2
         });
         let mut cc = cluster.coordinator.client();
-        let mut forwarded = || -> i64 {
-            cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0)
-        };
         let mut four: Vec<Client> = (0..4).map(|_| worker.client()).collect();
         let mut ids: Vec<i64> = four.iter_mut().map(|c| mint(c).unwrap_or_else(|e| panic!("{}", failure(&e)))).collect();
-        assert_eq!(forwarded(), 4);
+        assert_eq!(forwarded(&mut cc), 4);
         worker.append_conf("pg_idgen.citus_max_connections_per_node = 2");
         w.batch_execute("SELECT pg_reload_conf()").unwrap();
         for c in &mut four {
             ids.push(mint(c).unwrap_or_else(|e| panic!("after the reload: {}", failure(&e))));
         }
-        assert!(forwarded() <= 2, "{} forwarded sessions at a bound of 2", forwarded());
+        let left = forwarded(&mut cc);
+        assert!(left <= 2, "{left} forwarded sessions at a bound of 2");
         drop(four);
 
         let stop = AtomicBool::new(false);
@@ -343,8 +342,7 @@ mod citus {
             let mut most = 0;
             let since = Instant::now();
             while have_minted.load(Ordering::Relaxed) < 20 && since.elapsed() < Duration::from_secs(60) {
-                let n: i64 = cc.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0);
-                most = most.max(n);
+                most = most.max(forwarded(&mut cc));
                 std::thread::sleep(Duration::from_millis(100));
             }
             (sessions.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(), most)

@@ -408,14 +408,17 @@ pub fn acquire(addr: &Addr, role: pg_sys::Oid, function: &'static str, close_own
         let t = now();
         let taken = locked(|pool| {
             let places = &pool.places;
-            let mine = held(pool, key, role);
+            // The places to the node, and how many of them are this role's: one pass under the lock.
+            let (count, mine) = places
+                .iter()
+                .filter(|p| p.node.load(Ordering::Acquire) == key)
+                .fold((0, 0), |(all, ours), p| (all + 1, ours + u64::from(p.role.load(Ordering::Acquire) == role)));
             let ahead = pool.wanted.iter().enumerate().any(|(i, w)| Some(i) != wish && w.live(key, t) && w.before(role, mine, start));
             let reclaimable = |p: &Place| {
                 let w = p.word.load(Ordering::Acquire);
                 let idle = t.saturating_sub(p.since.load(Ordering::Acquire));
                 idle >= (if w & BUSY == 0 { RECLAIM_AFTER } else { ABANDONED_AFTER }).as_nanos() as u64
             };
-            let count = places.iter().filter(|p| p.node.load(Ordering::Acquire) == key).count();
             let index = if ahead {
                 None
             } else if count < limit {
