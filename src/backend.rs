@@ -23,12 +23,6 @@ impl<T> BackendLocal<T> {
         self.0.borrow_mut()
     }
 
-    /// As `borrow_mut`, but None where it would panic (for callbacks that
-    /// must not fail).
-    pub fn try_borrow_mut(&self) -> Option<RefMut<'_, T>> {
-        self.0.try_borrow_mut().ok()
-    }
-
     #[inline]
     pub fn get(&self) -> T
     where

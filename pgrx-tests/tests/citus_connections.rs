@@ -1,15 +1,16 @@
-//! pg_idgen's connections between Citus nodes: a server's sessions keep at
-//! most `pg_idgen.citus_max_connections_per_node` (when set; 0, no bound,
-//! by default) open to another node; a session needing one more takes the place of one unused
-//! for 4 s, or waits and gives up with 53300 after 10 s; busy sessions share them without a failure, taking
-//! turns; and a session another node opens never takes the slots kept for
+//! pg_idgen's connections between Citus nodes: a server's sessions mint on
+//! another node through the server's forwarder, which keeps at most
+//! `pg_idgen.citus_max_connections_per_node` (4 by default) connections to
+//! it, as the extension's owner, whatever role each session runs as; a
+//! call waits its turn, at most 10 s (53300), and can be cancelled; and a
+//! session another node opens never takes the slots kept for
 //! administrators, even as a superuser.
 //! Needs Citus (scripts/citus); scripts/test filters these tests out, and
 //! counts them as skipped, where it is missing.
 
 mod citus {
     use std::collections::HashSet;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     use pg_idgen_e2e::citus::{assert_repartitioned, failure, make_src_and_dst, Cluster, INSERT_SELECT};
@@ -26,128 +27,60 @@ mod citus {
         forwarded(&mut server.client())
     }
 
+    /// Sessions started in the database of `c` so far.
+    fn sessions_started(c: &mut Client) -> i64 {
+        c.query_one("SELECT sessions FROM pg_stat_database WHERE datname = current_database()", &[]).unwrap().get(0)
+    }
+
     fn mint(c: &mut Client) -> Result<i64, pg_idgen_e2e::postgres::Error> {
         c.query_one("SELECT next_shard_id(7)", &[]).map(|r| r.get(0))
     }
 
-    /// With one connection allowed from the worker to the coordinator (which
-    /// mints shard 7): session A mints in a transaction it keeps open; B
-    /// waits, opening none (the coordinator counts one forwarded session all
-    /// along), and takes A's place once A's connection has gone unused for
-    /// 4 s (the coordinator ended that session after 2 s), though A's
-    /// transaction is still open; A's next mint in it connects again. A call
-    /// left without an answer (the coordinator's backend stopped) keeps its
-    /// connection: another session gives up after 10 s with 53300. Then 8
-    /// sessions minting one ID per transaction share two connections, taking
-    /// turns: no failure, no duplicate, each session's IDs rising, and the
-    /// coordinator starts at most one session per two calls.
+    /// The coordinator mints shard 7; the worker is allowed 2 connections to
+    /// it. Two ordinary roles (neither has a password anywhere, nor a
+    /// `pg_dist_authinfo` entry): 12 of mallory's sessions each mint in a
+    /// transaction they keep open to the end, and 8 of alice's mint one ID per
+    /// transaction until each has minted 40 and all 20 have minted (at most
+    /// 60 s). No call fails, no ID repeats, each session's IDs rise; the
+    /// coordinator never serves more than 2 forwarded sessions, all as the
+    /// extension's owner, and 2 at most in the whole run (by their process
+    /// IDs; and at most 5 sessions of any kind start there, where a session
+    /// of its own for each of the 20 would start 20). After a reload to 1, a
+    /// call leaves at most 1.
     #[test]
-    fn a_workers_sessions_share_a_bounded_number_of_connections_to_a_node() {
-        let cluster = Cluster::start("citus_pool", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
+    fn every_session_of_a_server_mints_through_a_few_shared_connections() {
+        let cluster = Cluster::start("citus_pool", 1, &["pg_idgen.citus_max_connections_per_node = 2"]);
         let worker = &cluster.workers[0];
-        let mut a = worker.client();
         let mut cc = cluster.coordinator.client();
-        a.batch_execute("BEGIN").unwrap();
-        let t0 = Instant::now();
-        let first = mint(&mut a).unwrap_or_else(|e| panic!("{}", failure(&e)));
-        let second = std::thread::scope(|s| {
-            let b = s.spawn(|| mint(&mut worker.client()));
-            // Until it has minted, one forwarded session at most (at most 300 looks).
-            for _ in 0..300 {
-                if b.is_finished() {
-                    break;
-                }
-                assert!(forwarded(&mut cc) <= 1, "a waiting session opened a connection");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            b.join().unwrap()
-        });
-        // B took A's place no sooner than 4 s after A's call ended (the
-        // coordinator ended A's session after 2 s).
-        assert!(t0.elapsed() >= Duration::from_secs(4), "B minted {:?} after A", t0.elapsed());
-        let second = second.unwrap_or_else(|e| panic!("the waiting session: {}", failure(&e)));
-        assert!(second > first, "{second} after {first}");
-        let again = mint(&mut a).unwrap_or_else(|e| panic!("A again, in its open transaction: {}", failure(&e)));
-        assert!(again > second, "{again} after {second}");
-        a.batch_execute("COMMIT").unwrap();
-        drop(a);
-
-        // A call that gets no answer (the coordinator's backend serving it
-        // stopped with SIGSTOP) keeps its connection in use: another session
-        // gives up after 10 s with 53300; the call ends once it answers. (The
-        // coordinator ends that session after 2 s unused: on a machine so
-        // loaded that it did before the stop, the call answers at once from a
-        // new session, and the round starts again, at most 5 times.)
-        let mut h = worker.client();
+        cc.batch_execute("CREATE ROLE mallory LOGIN; CREATE ROLE alice LOGIN").unwrap();
         let mut w = worker.client();
-        let mut outcome = None;
-        let mut minted = vec![];
-        for _ in 0..5 {
-            minted.push(mint(&mut h).unwrap_or_else(|e| panic!("{}", failure(&e))));
-            let newest = "SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding' ORDER BY backend_start DESC LIMIT 1";
-            let Some(pid) = cc.query_opt(newest, &[]).unwrap().map(|r| r.get::<_, i32>(0)) else { continue };
-            let signal = |sig: &str| {
-                let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
-            };
-            signal("-STOP");
-            let round = std::thread::scope(|s| {
-                let stuck = s.spawn(|| mint(&mut h).map_err(|e| failure(&e)));
-                let waiting = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = 'SELECT next_shard_id(7)' AND pid <> pg_backend_pid()";
-                let mut stuck_seen = false;
-                eventually(30, "the call waits for its answer, or was answered", || {
-                    stuck_seen = w.query_one(waiting, &[]).unwrap().get::<_, i64>(0) == 1;
-                    stuck_seen || stuck.is_finished()
-                });
-                if stuck.is_finished() {
-                    signal("-CONT");
-                    return (stuck.join().unwrap(), None);
-                }
-                let mut c = worker.client();
-                let t0 = Instant::now();
-                let refused = mint(&mut c);
-                let waited = t0.elapsed();
-                signal("-CONT");
-                (stuck.join().unwrap(), Some((refused, waited)))
-            });
-            let answered = round.0.unwrap_or_else(|e| panic!("the call without an answer for a while: {e}"));
-            minted.push(answered);
-            if let Some(r) = round.1 {
-                outcome = Some(r);
-                break;
-            }
-        }
-        let (refused, waited) = outcome.expect("in 5 rounds the coordinator's session ended each time before it was stopped");
-        let e = refused.unwrap_err();
-        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
-        assert_eq!(db.code().code(), "53300", "{}", db.message());
-        assert!(db.message().starts_with("next_shard_id found no free connection to the Citus node at "), "{}", db.message());
-        assert!(waited >= Duration::from_secs(10), "gave up after {waited:?}");
-        assert!(minted.windows(2).all(|p| p[0] < p[1]) && minted[0] > again, "{minted:?} after {again}");
-        drop(h);
-
-        // Eight sessions, two connections, one ID per transaction, each going
-        // on until every one has minted (so none of the first two stops
-        // before the others had their turn), at least 40 IDs, at most 60 s.
-        // Each keeps a connection for its turn (0.2 s), not for one call: the
-        // coordinator starts far fewer sessions than there are calls.
-        worker.append_conf("pg_idgen.citus_max_connections_per_node = 2");
-        worker.client().batch_execute("SELECT pg_reload_conf()").unwrap();
-        let mut sessions_started = || {
-            eventually(30, "no forwarding session left on the coordinator", || {
-                forwarded(&mut cc) == 0
-            });
-            cc.query_one("SELECT sessions FROM pg_stat_database WHERE datname = current_database()", &[]).unwrap().get::<_, i64>(0)
-        };
-        let started_before = sessions_started();
+        eventually(30, "the roles reached the worker", || {
+            w.query_one("SELECT count(*) FROM pg_roles WHERE rolname IN ('mallory', 'alice')", &[]).unwrap().get::<_, i64>(0) == 2
+        });
+        let started_before = sessions_started(&mut cc);
         let have_minted = AtomicUsize::new(0);
-        let per_session: Vec<(Vec<i64>, Vec<String>)> = std::thread::scope(|s| {
-            let sessions: Vec<_> = (0..8)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut c = worker.client();
+        let done = AtomicUsize::new(0);
+        let (per_session, most, owners) = std::thread::scope(|s| {
+            let sessions: Vec<_> = (0..20)
+                .map(|i| {
+                    let (have_minted, done) = (&have_minted, &done);
+                    s.spawn(move || {
+                        let role = if i < 12 { "mallory" } else { "alice" };
+                        let mut c = worker.client_as("postgres", role);
                         let (mut ids, mut failed) = (vec![], vec![]);
                         let since = Instant::now();
-                        while (ids.len() < 40 || have_minted.load(Ordering::Relaxed) < 8) && since.elapsed() < Duration::from_secs(60) {
+                        if role == "mallory" {
+                            c.batch_execute("BEGIN").unwrap();
+                        }
+                        while since.elapsed() < Duration::from_secs(60) {
+                            let enough = if role == "mallory" { !ids.is_empty() } else { ids.len() >= 40 };
+                            if enough && have_minted.load(Ordering::Relaxed) == 20 {
+                                break;
+                            }
+                            if enough && role == "mallory" {
+                                std::thread::sleep(Duration::from_millis(50));
+                                continue;
+                            }
                             match mint(&mut c) {
                                 Ok(id) => {
                                     if ids.is_empty() {
@@ -158,115 +91,110 @@ mod citus {
                                 Err(e) => failed.push(failure(&e)),
                             }
                         }
-                        (ids, failed)
+                        done.fetch_add(1, Ordering::Relaxed);
+                        (role, ids, failed)
                     })
                 })
                 .collect();
-            sessions.into_iter().map(|h| h.join().unwrap()).collect()
+            let (mut most, mut owners, mut pids) = (0, HashSet::new(), HashSet::new());
+            let since = Instant::now();
+            while done.load(Ordering::Relaxed) < 20 && since.elapsed() < Duration::from_secs(90) {
+                let rows = cc.query("SELECT usename::text, pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap();
+                most = most.max(rows.len());
+                for r in rows {
+                    owners.insert(r.get::<_, String>(0));
+                    pids.insert(r.get::<_, i32>(1));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (sessions.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(), most, (owners, pids))
         });
-        let failed: Vec<&String> = per_session.iter().flat_map(|(_, f)| f).collect();
-        let total: usize = per_session.iter().map(|(ids, _)| ids.len()).sum();
+        let (owners, pids) = owners;
+        let failed: Vec<&String> = per_session.iter().flat_map(|(_, _, f)| f).collect();
+        let total: usize = per_session.iter().map(|(_, ids, _)| ids.len()).sum();
         assert!(failed.is_empty(), "{} calls failed ({total} minted): {:?}", failed.len(), failed.first());
-        assert_eq!(have_minted.load(Ordering::Relaxed), 8);
-        let started = sessions_started() - started_before;
-        assert!(started > 0 && started as usize * 2 <= total, "{started} sessions started on the coordinator for {total} calls");
-        assert!(per_session.iter().all(|(ids, _)| ids.windows(2).all(|w| w[0] < w[1])), "a session's IDs did not rise");
-        let all: HashSet<i64> =
-            per_session.iter().flat_map(|(ids, _)| ids.iter().copied()).chain([first, second, again]).chain(minted.iter().copied()).collect();
-        assert_eq!(all.len(), total + 3 + minted.len(), "duplicate IDs");
+        assert_eq!(have_minted.load(Ordering::Relaxed), 20);
+        assert!(per_session.iter().filter(|(r, ..)| *r == "alice").all(|(_, ids, _)| ids.len() >= 40), "an alice session minted fewer than 40");
+        assert!(per_session.iter().all(|(_, ids, _)| ids.windows(2).all(|w| w[0] < w[1])), "a session's IDs did not rise");
+        let all: HashSet<i64> = per_session.iter().flat_map(|(_, ids, _)| ids.iter().copied()).collect();
+        assert_eq!(all.len(), total, "duplicate IDs");
+        assert!((1..=2).contains(&most), "the coordinator served {most} forwarded sessions at once");
+        assert_eq!(owners, HashSet::from(["postgres".to_string()]), "forwarded sessions' roles");
+        assert!((1..=2).contains(&pids.len()), "{} forwarded sessions in the run", pids.len());
+        let started = sessions_started(&mut cc) - started_before;
+        assert!((1..=5).contains(&started), "{started} sessions started on the coordinator for {total} calls");
+
+        worker.append_conf("pg_idgen.citus_max_connections_per_node = 1");
+        w.batch_execute("SELECT pg_reload_conf()").unwrap();
+        let mut c = worker.client();
+        eventually(30, "a call leaves one forwarded session", || {
+            mint(&mut c).unwrap_or_else(|e| panic!("after the reload: {}", failure(&e)));
+            forwarded(&mut cc) <= 1
+        });
     }
 
-    /// Connections opened while there was no bound are given up at their
-    /// next call once there is one: four sessions that minted unbounded,
-    /// then once more each after a reload to 2, leave at most 2 forwarded
-    /// sessions on the coordinator. Then an ordinary role's 12 sessions each
-    /// mint in a transaction they keep open 4.3 s, again and again, holding
-    /// both places and queueing for them: another ordinary role's 6 calls, a
-    /// second apart, all mint (its sessions go before those of a role
-    /// holding more places, and that role's sessions give theirs up to it).
-    /// No ID repeats.
+    /// The worker is allowed 1 connection to the coordinator, and the
+    /// coordinator's session serving it is stopped (SIGSTOP): a call sent on
+    /// it waits for its answer; another waits its turn and gives up after
+    /// 10 s with 53300; the first, cancelled, ends with 57014 at once. Once
+    /// the session goes on, the next call mints, above every ID before. The
+    /// forwarder, terminated, is started again, and minting goes on.
     #[test]
-    fn one_roles_sessions_cannot_keep_another_roles_waiting() {
-        let cluster = Cluster::start("citus_pool_roles", 1, &["pg_idgen.citus_max_connections_per_node = 0"]);
+    fn a_call_waits_its_turn_at_most_10_s_and_can_be_cancelled() {
+        let cluster = Cluster::start("citus_pool_wait", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
         let worker = &cluster.workers[0];
-        cluster.coordinator.client().batch_execute("CREATE ROLE mallory LOGIN; CREATE ROLE alice LOGIN").unwrap();
-        let mut w = worker.client();
-        eventually(30, "the roles reached the worker", || {
-            w.query_one("SELECT count(*) FROM pg_roles WHERE rolname IN ('mallory', 'alice')", &[]).unwrap().get::<_, i64>(0) == 2
-        });
         let mut cc = cluster.coordinator.client();
-        let mut four: Vec<Client> = (0..4).map(|_| worker.client()).collect();
-        let mut ids: Vec<i64> = four.iter_mut().map(|c| mint(c).unwrap_or_else(|e| panic!("{}", failure(&e)))).collect();
-        assert_eq!(forwarded(&mut cc), 4);
-        worker.append_conf("pg_idgen.citus_max_connections_per_node = 2");
-        w.batch_execute("SELECT pg_reload_conf()").unwrap();
-        for c in &mut four {
-            ids.push(mint(c).unwrap_or_else(|e| panic!("after the reload: {}", failure(&e))));
-        }
-        let left = forwarded(&mut cc);
-        assert!(left <= 2, "{left} forwarded sessions at a bound of 2");
-        drop(four);
-
-        let stop = AtomicBool::new(false);
-        let (mallory, alice) = std::thread::scope(|s| {
-            let sessions: Vec<_> = (0..12)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut c = worker.client_as("postgres", "mallory");
-                        let mut minted = vec![];
-                        let since = Instant::now();
-                        while !stop.load(Ordering::Relaxed) && since.elapsed() < Duration::from_secs(120) {
-                            c.batch_execute("BEGIN").unwrap();
-                            if let Ok(id) = mint(&mut c) {
-                                minted.push(id);
-                                for _ in 0..43 {
-                                    if stop.load(Ordering::Relaxed) {
-                                        break;
-                                    }
-                                    std::thread::sleep(Duration::from_millis(100));
-                                }
-                            }
-                            c.batch_execute("ROLLBACK").unwrap();
-                        }
-                        minted
-                    })
-                })
-                .collect();
-            // Once mallory's sessions hold both places and queue (at most 30 s).
-            eventually(30, "mallory's sessions wait for a place", || {
-                let n: i64 = w
-                    .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = 'mallory' AND wait_event_type = 'Extension'", &[])
-                    .unwrap()
-                    .get(0);
-                n >= 8
+        let mut w = worker.client();
+        let first = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        let pid: i32 = cc.query_one("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0);
+        let signal = |sig: &str| {
+            let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
+        };
+        signal("-STOP");
+        let (stuck, refused, waited) = std::thread::scope(|s| {
+            let mut a = worker.client();
+            let a_pid: i32 = a.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+            let stuck = s.spawn(move || mint(&mut a).map_err(|e| e.code().map(|c| c.code().to_string())));
+            eventually(30, "the first call waits for its answer", || {
+                w.query_one("SELECT wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = $1", &[&a_pid]).unwrap().get::<_, Option<bool>>(0)
+                    == Some(true)
             });
-            let mut a = worker.client_as("postgres", "alice");
-            let alice: Vec<Result<i64, String>> = (0..6)
-                .map(|_| {
-                    let r = mint(&mut a).map_err(|e| failure(&e));
-                    std::thread::sleep(Duration::from_secs(1));
-                    r
-                })
-                .collect();
-            stop.store(true, Ordering::Relaxed);
-            (sessions.into_iter().flat_map(|h| h.join().unwrap()).collect::<Vec<i64>>(), alice)
+            let t0 = Instant::now();
+            let refused = mint(&mut worker.client());
+            let waited = t0.elapsed();
+            let cancelled: bool = w.query_one("SELECT pg_cancel_backend($1)", &[&a_pid]).unwrap().get(0);
+            assert!(cancelled);
+            (stuck.join().unwrap(), refused, waited)
         });
-        let alice: Vec<i64> = alice.into_iter().map(|r| r.unwrap_or_else(|e| panic!("alice's call, with mallory's 12 sessions: {e}"))).collect();
-        assert!(alice.windows(2).all(|p| p[0] < p[1]), "{alice:?}");
-        let all: HashSet<i64> = ids.iter().chain(&alice).chain(&mallory).copied().collect();
-        assert_eq!(all.len(), ids.len() + alice.len() + mallory.len(), "duplicate IDs");
+        signal("-CONT");
+        assert_eq!(stuck, Err(Some("57014".to_string())), "the cancelled call");
+        let e = refused.unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(db.code().code(), "53300", "{}", db.message());
+        assert!(db.message().starts_with("next_shard_id found no free connection to the Citus node at "), "{}", db.message());
+        assert!(waited >= Duration::from_secs(10), "gave up after {waited:?}");
+        let after = mint(&mut w).unwrap_or_else(|e| panic!("once the coordinator's session goes on: {}", failure(&e)));
+        assert!(after > first, "{after} after {first}");
+
+        let forwarder: i32 = w.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0);
+        assert!(w.query_one("SELECT pg_terminate_backend($1)", &[&forwarder]).unwrap().get::<_, bool>(0));
+        let mut again = None;
+        eventually(30, "a forwarder mints again", || {
+            again = mint(&mut w).ok();
+            again.is_some()
+        });
+        assert!(again.unwrap() > after);
+        let restarted: i32 = w.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0);
+        assert_ne!(restarted, forwarder);
     }
 
     /// A repartitioned `INSERT ... SELECT` mints shard 8 (the coordinator's)
     /// in its shard queries on the worker, which is allowed 2 connections to
-    /// the coordinator. An idle session there keeps one (it minted once), and
-    /// Citus keeps its backends there idle after each statement, with theirs:
-    /// five statements at once (their shard queries take turns, the one
-    /// waiting longest first), then three from sessions that stay open
-    /// (one worker connection each), all succeed, storing every row with an
-    /// ID of its own.
+    /// the coordinator; an idle session there minted once. Five statements
+    /// at once, then three from sessions that stay open (one worker
+    /// connection each), all succeed, storing every row with an ID of its own.
     #[test]
-    fn repartitioned_inserts_go_on_past_idle_sessions_keeping_connections() {
+    fn repartitioned_inserts_share_the_forwarders_connections() {
         let cluster = Cluster::start("citus_pool_insel", 1, &["pg_idgen.citus_max_connections_per_node = 2"]);
         let mut c = cluster.coordinator.client();
         make_src_and_dst(&mut c);
@@ -299,10 +227,9 @@ mod citus {
 
     /// The coordinator allows 19 sessions besides the one slot it keeps for
     /// administrators. Twenty worker sessions each mint in a transaction they
-    /// keep open until all have minted: with a bound of 16 connections from
-    /// the worker (there is none by default), all mint and the coordinator never
-    /// serves more than 16 forwarded sessions (unbounded, the twentieth would
-    /// find no slot there). Then ordinary roles take all the other slots: a superuser's `next_shard_id(7)` through a
+    /// keep open until all have minted: all mint, and the coordinator never
+    /// serves more than 4 forwarded sessions (the default bound). Then
+    /// ordinary roles take all the other slots: a superuser's `next_shard_id(7)` through a
     /// worker is refused there (08001 naming the coordinator, its reason the
     /// reserved slots) instead of taking that slot, and an administrator can
     /// still connect. Once one ordinary session leaves, the call mints.
@@ -315,11 +242,7 @@ mod citus {
         let worker = &cluster.workers[0];
         let mut w = worker.client();
         let show = |c: &mut Client| c.query_one("SHOW pg_idgen.citus_max_connections_per_node", &[]).unwrap().get::<_, String>(0);
-        assert_eq!(show(&mut w), "0", "no bound by default");
-        worker.append_conf("pg_idgen.citus_max_connections_per_node = 16");
-        w.batch_execute("SELECT pg_reload_conf()").unwrap();
-        eventually(30, "the worker's new sessions are bounded", || show(&mut worker.client()) == "16");
-        let mut w = worker.client();
+        assert_eq!(show(&mut w), "4", "the default bound");
         let mut cc = cluster.coordinator.client();
         let have_minted = AtomicUsize::new(0);
         let (minted, most) = std::thread::scope(|s| {
@@ -349,12 +272,14 @@ mod citus {
         });
         let ids: HashSet<i64> = minted.iter().map(|r| *r.as_ref().unwrap_or_else(|e| panic!("one of 20 sessions at once: {e}"))).collect();
         assert_eq!(ids.len(), 20, "duplicate IDs");
-        assert!((1..=16).contains(&most), "the coordinator served {most} forwarded sessions at once");
+        assert!((1..=4).contains(&most), "the coordinator served {most} forwarded sessions at once");
         drop(cc);
         let before = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
         assert!(ids.iter().all(|id| *id < before), "{before} after {ids:?}");
         drop(w);
-        eventually(30, "the worker's forwarded session ended", || forwarding_sessions(&cluster.coordinator) == 0);
+        // The forwarder keeps its connections 60 s unused: end them here.
+        cluster.coordinator.client().batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'").unwrap();
+        eventually(30, "the worker's forwarded sessions ended", || forwarding_sessions(&cluster.coordinator) == 0);
 
         // Ordinary sessions until the server refuses one (at most 30).
         let mut ordinary = vec![];

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use pgrx::prelude::*;
 
-use super::libpq::{self, As, Request};
+use super::libpq;
 use super::metadata::Addr;
 use super::metadata;
 use crate::backend::BackendLocal;
@@ -252,8 +252,8 @@ fn hand_over(shard: Shard, holder: Option<metadata::Holder>, renew: Option<i64>)
         Some((_, from, _, _)) => {
             let sql = format!("SELECT {}($1::pg_catalog.int4, $2::pg_catalog.int8)", catalog::qualified("citus_shard_release"));
             let what = || format!("the Citus node that last minted shard {}", shard.index());
-            let request = Request::Sql { sql, params: vec![shard.index().to_string(), handover.to_string()] };
-            let rows = libpq::call(from, &request, As::Owner, "citus_shard_take", &what);
+            let params = [shard.index().to_string(), handover.to_string()];
+            let rows = libpq::call(from, &sql, &params, "citus_shard_take", &what);
             rows.first().and_then(|r| r.first().cloned().flatten()).and_then(|v| v.parse().ok()).unwrap_or_else(|| {
                 IdError::Internal(format!("node {} answered no ID for the release of shard {}", from.describe(), shard.index())).raise()
             })
@@ -303,7 +303,7 @@ pub fn ask(coordinator: &Addr, what: Ask<'_>, function: &'static str) -> Taken {
         ),
     };
     let who = || "the Citus coordinator".to_string();
-    let rows = libpq::call(coordinator, &Request::Sql { sql, params }, As::Owner, function, &who);
+    let rows = libpq::call(coordinator, &sql, &params, function, &who);
     let taken = rows.first().and_then(|r| match &r[..] {
         [Some(s), a, Some(g), Some(n)] => Some(Taken {
             shard: Shard::new(s.parse().ok()?).ok()?,

@@ -1,11 +1,16 @@
 //! Calls to other nodes of the cluster, over libpq: the one Citus itself
 //! loaded (`citus.so` links it), found with `dlopen`; pg_idgen does not
-//! link it. Each backend keeps a few connections, one per node it calls
-//! (and per hop, below), as the calling role in the same database with
-//! Citus's own `citus.node_conninfo`, within the server's count of
-//! connections to each node (see [`pool`]). Every wait can be cancelled and
-//! is bounded: for a free connection by [`pool::WAIT`], connecting by
+//! link it. Every connection is made as the extension's owner (a superuser,
+//! as Citus's own metadata sessions are), in the same database, with
+//! Citus's own `citus.node_conninfo` and the owner's entry in
+//! `pg_dist_authinfo`: no application role needs a password on another
+//! node. Minting goes through the server's forwarder (see [`forwarder`],
+//! which uses the steps below without blocking); the statements of a
+//! hand-over, rare, run here on a connection of the backend's own
+//! ([`call`]). Every wait can be cancelled and is bounded: connecting by
 //! [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
+//!
+//! [`forwarder`]: super::forwarder
 
 use std::cell::RefMut;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -13,109 +18,92 @@ use std::time::{Duration, Instant};
 
 use pgrx::prelude::*;
 
+use super::admission;
 use super::metadata::{self, Addr};
-use super::pool::{self, Slot};
 use crate::backend::BackendLocal;
 use crate::catalog;
 use crate::errors::IdError;
 
-/// What is asked of a node.
-pub enum Request<'a> {
-    /// `n` IDs of a logical shard (`next_shard_id`) or of a schema's
-    /// (`next_schema_id`), by a statement prepared on the connection.
-    Mint { schema: bool, value: &'a str, n: u32 },
-    /// A statement of the hand-over, with text parameters.
-    Sql { sql: String, params: Vec<String> },
-}
-
-/// Whom a call to another node runs as.
-#[derive(Clone, Copy, PartialEq)]
-pub enum As {
-    /// The current role: minting, whose rights are checked where it is called.
-    Caller,
-    /// The extension's owner (a superuser, as Citus's own metadata sessions
-    /// are): the hand-over, which no other role may run.
-    Owner,
-}
-
 /// The `application_name` of the sessions pg_idgen opens on other nodes.
 pub const FORWARDING: &str = "pg_idgen forwarding";
+
+/// How long connecting to another node (and preparing statements there) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an answer may take once asked (the other node's own
+/// `statement_timeout` for the call is the same).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long another node keeps an unused session of a backend's own
+/// connection (`idle_session_timeout`), so that idle backends here do not
+/// each hold one of its connections.
+const IDLE: Duration = Duration::from_secs(2);
+
+/// The most connections a backend keeps open for hand-overs (one per node).
+const MAX_CONNECTIONS: usize = 4;
+
+/// Rows of text, as a node answered them.
+pub type Rows = Vec<Vec<Option<String>>>;
 
 /// How many hops of forwarding this session is: 0 for a client's session,
 /// 1 or 2 for a session another node opened (`pg_idgen.forwarded`, set at
 /// connection start: a node whose library predates it refuses the session,
 /// so calls never go round between versions).
 pub fn hop() -> usize {
-    pool::forwarded()
+    admission::forwarded()
 }
 
-/// Has `addr` answer `request`, with the rows of text it answers;
-/// reconnects once if the connection broke (a call that reached the node
-/// but whose answer was lost only skips IDs, or repeats an idempotent step
-/// of a hand-over). `what` names the node for an error.
-pub fn call(addr: &Addr, request: &Request<'_>, role: As, function: &'static str, what: &dyn Fn() -> String) -> Vec<Vec<Option<String>>> {
-    let mut rhythm = RHYTHM.get();
-    rhythm.gap = rhythm.last_end.map(|t| t.elapsed());
-    RHYTHM.set(rhythm);
-    let info = conninfo(addr, role);
-    let statements = statements();
-    let mut retried = false;
-    loop {
-        let conn = connection(&info, user(role), &statements, addr, function, what);
-        match run(conn, &info, request, &statements) {
-            Ok(rows) => return rows,
-            Err(Failure::Remote(e)) => e.raise(),
-            Err(Failure::Broken(why)) => {
-                drop_connection(&info);
-                if retried {
-                    IdError::CitusUnreachable { what: what(), node: addr.describe(), function, why }.raise()
-                }
-                retried = true;
-            }
+/// An error another node raised, to be raised here as it was there.
+pub struct Remote {
+    pub sqlstate: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl Remote {
+    pub fn raise(self) -> ! {
+        IdError::Relayed { sqlstate: self.sqlstate, message: self.message, detail: self.detail, hint: self.hint }.raise()
+    }
+}
+
+pub enum Failure {
+    /// The connection could not be made or broke, or its session ended.
+    Broken(String),
+    /// The node answered with an error.
+    Remote(Remote),
+}
+
+impl Failure {
+    pub fn why(self) -> String {
+        match self {
+            Failure::Broken(why) => why,
+            Failure::Remote(e) => e.message,
         }
     }
 }
 
-/// The statements each connection prepares: name, SQL, parameter types.
-/// Each mints `$2` IDs for `$1`, in order, with the function the caller
-/// called (so the same grants apply).
-fn statements() -> [(&'static CStr, String, [pg_sys::Oid; 2]); 2] {
-    let select = |f: &str| format!("SELECT {}($1) FROM pg_catalog.generate_series(1, $2)", catalog::qualified(f));
-    [
-        (c"pg_idgen_shard", select("next_shard_id"), [pg_sys::INT4OID, pg_sys::INT4OID]),
-        (c"pg_idgen_schema", select("next_schema_id"), [pg_sys::TEXTOID, pg_sys::INT4OID]),
-    ]
+/// The statements a minting connection prepares, by index: `$2` IDs of
+/// logical shard `$1` (0) or of schema `$1`'s (1), in order, with the
+/// function the caller called.
+pub fn mint_statement(schema: bool) -> String {
+    let f = if schema { "next_schema_id" } else { "next_shard_id" };
+    format!("SELECT {}($1) FROM pg_catalog.generate_series(1, $2)", catalog::qualified(f))
 }
 
-/// How long connecting to another node may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const STATEMENT_NAMES: [&CStr; 2] = [c"pg_idgen_shard", c"pg_idgen_schema"];
+const STATEMENT_TYPES: [[pg_sys::Oid; 2]; 2] = [[pg_sys::INT4OID, pg_sys::INT4OID], [pg_sys::TEXTOID, pg_sys::INT4OID]];
 
-/// How long an answer may take once asked (the other node's own
-/// `statement_timeout` for the call is the same).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The most connections a backend keeps open (one per node it calls).
-const MAX_CONNECTIONS: usize = 4;
-
-/// The role a call connects as.
-fn user(role: As) -> pg_sys::Oid {
-    match role {
-        // SAFETY: reads the current role's OID; no preconditions.
-        As::Caller => unsafe { pg_sys::GetUserId() },
-        As::Owner => catalog::extension_owner(),
-    }
-}
-
-/// How to reach `addr`: as `role`, in this database, one hop further than
-/// this session, with what Citus itself connects with appended: its
-/// `citus.node_conninfo` (TLS and the like) and the role's entry for that
+/// How to reach `addr`: as the extension's owner, in this database, one hop
+/// further than this session, the other node ending the session once unused
+/// for `idle`, with what Citus itself connects with appended: its
+/// `citus.node_conninfo` (TLS and the like) and the owner's entry for that
 /// node in `pg_dist_authinfo` (a password, a certificate), if any.
-fn conninfo(addr: &Addr, role: As) -> String {
+pub fn conninfo(addr: &Addr, idle: Duration) -> String {
     let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
-    let user = user(role);
     // SAFETY: names of a role and of the current database, copied at once.
     let (user, db) = unsafe {
-        let user = CStr::from_ptr(pg_sys::GetUserNameFromId(user, false)).to_string_lossy().into_owned();
+        let user = CStr::from_ptr(pg_sys::GetUserNameFromId(catalog::extension_owner(), false)).to_string_lossy().into_owned();
         let db = pg_sys::get_database_name(pg_sys::MyDatabaseId);
         (user, CStr::from_ptr(db).to_string_lossy().into_owned())
     };
@@ -125,10 +113,6 @@ fn conninfo(addr: &Addr, role: As) -> String {
         if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
     };
     let authinfo = metadata::authinfo(addr, &user);
-    // The other node ends the session after pool::IDLE unused, so idle
-    // backends here (Citus keeps them for later shard queries) do not each
-    // hold one of its connections, and their slots can be taken (see
-    // `pool`); the next call reconnects, in a few milliseconds.
     format!(
         "host={} port={} dbname={} user={} application_name={} options='-c idle_session_timeout={} -c statement_timeout={} -c pg_idgen.forwarded={}' {extra} {authinfo}",
         quote(&addr.host),
@@ -136,299 +120,114 @@ fn conninfo(addr: &Addr, role: As) -> String {
         quote(&db),
         quote(&user),
         quote(FORWARDING),
-        pool::IDLE.as_millis(),
+        idle.as_millis(),
         ANSWER_TIMEOUT.as_millis(),
         (hop() + 1).min(2),
     )
 }
 
-enum Failure {
-    /// The connection could not be made or broke, or its session ended.
-    Broken(String),
-    /// The node answered with an error: raised here as it was there.
-    Remote(IdError),
-}
+// ---- the steps of a call, none of which waits ----------------------------------------
 
-/// Where a connection stands.
-#[derive(Clone, Copy, PartialEq)]
-enum State {
-    /// Being opened, or its statements being prepared.
-    Opening,
-    /// Ready for a call, its slot not in use.
-    Idle,
-    /// Given out for a call, its slot in use; or a call was sent and its
-    /// answer not read.
-    Busy,
-}
-
-/// A connection to a node, and what it was opened with. Kept here from the
-/// moment libpq makes it, so that an error or cancel raised while it is
-/// opened or busy leaves it to be finished, not leaked; a connection found
-/// in any state but `Idle` is finished and made again.
-struct Connection {
-    /// The conninfo (one connection per node and hop).
-    info: String,
-    /// The conninfo and the statements prepared on it.
-    key: String,
-    conn: *mut c_void,
-    state: State,
-    /// Its place in the server's count of connections to the node, when
-    /// they are bounded.
-    slot: Option<Slot>,
-}
-
-/// The backend's connections, the most recently used last.
-static CONNECTIONS: BackendLocal<Vec<Connection>> = BackendLocal::new(Vec::new());
-
-/// Closes a connection and gives its slot back.
-fn finish(c: Connection) {
-    // SAFETY: a connection libpq made and nobody else holds.
-    unsafe { (libpq().finish)(c.conn) };
-}
-
-/// Closes the connections of `all` that `gone` picks.
-fn close_where(mut all: RefMut<'_, Vec<Connection>>, gone: impl Fn(&Connection) -> bool) {
-    let (gone, kept): (Vec<Connection>, _) = std::mem::take(&mut *all).into_iter().partition(gone);
-    *all = kept;
-    drop(all);
-    gone.into_iter().for_each(finish);
-}
-
-/// How soon after its last call a session that calls again, and ends its
-/// transaction after a call, counts as calling in a loop.
-const LOOP_GAP: Duration = Duration::from_millis(20);
-
-/// When this backend's last call to another node ended, and how long it had
-/// not called before that call began.
-#[derive(Clone, Copy)]
-struct Rhythm {
-    last_end: Option<Instant>,
-    gap: Option<Duration>,
-}
-
-static RHYTHM: BackendLocal<Rhythm> = BackendLocal::new(Rhythm { last_end: None, gap: None });
-
-/// Whether this backend runs shard queries for Citus (which names them so,
-/// and tells them apart the same way).
-fn citus_internal() -> bool {
-    // SAFETY: a setting's variable, read on the backend's one thread.
-    let name = unsafe { pg_sys::application_name };
-    // SAFETY: a NUL-terminated string PostgreSQL owns, when set.
-    !name.is_null() && unsafe { CStr::from_ptr(name) }.to_bytes().starts_with(b"citus_internal gpid=")
-}
-
-/// Closes the idle connections to nodes that another backend waits to
-/// connect to (see `pool`), at the end of each call and transaction, once
-/// this backend has had its turn with them. At the end of a transaction it
-/// keeps its turn only while it calls in a loop (its last call began within
-/// LOOP_GAP of the one before and ended within LOOP_GAP): a session that
-/// goes idle, or whose transaction went on after its call, gives its
-/// connection up at once instead of holding it unused. Citus's shard
-/// queries take no turns: each is one statement of a distributed one, whose
-/// other shard queries may be the ones waiting. Never fails (it runs at
-/// commit): a connection list in use is left as it is.
-fn yield_to_waiters(transaction_end: bool) {
-    let keep_turn = !citus_internal()
-        && (!transaction_end || {
-            let r = RHYTHM.get();
-            r.gap.is_some_and(|g| g < LOOP_GAP) && r.last_end.is_some_and(|t| t.elapsed() < LOOP_GAP)
-        });
-    if let Some(all) = CONNECTIONS.try_borrow_mut() {
-        close_where(all, |c| c.state == State::Idle && c.slot.as_ref().is_some_and(|s| s.must_yield(keep_turn)));
-    }
-}
-
-/// Closes this backend's unused connections to node `key` (another role's,
-/// or another hop's), before it waits for a place of its own there.
-fn close_own(key: u64) {
-    close_where(CONNECTIONS.borrow_mut(), |c| c.state == State::Idle && c.slot.as_ref().is_some_and(|s| s.node() == key));
-}
-
-fn drop_connection(info: &str) {
-    close_where(CONNECTIONS.borrow_mut(), |c| c.info == info);
-}
-
-fn set_state(info: &str, state: State) {
-    if let Some(c) = CONNECTIONS.borrow_mut().iter_mut().find(|c| c.info == info) {
-        c.state = state;
-        if let (State::Idle, Some(slot)) = (state, &c.slot) {
-            slot.end_call();
-        }
-    }
-}
-
-/// Closes the connection for `info` unless [`Pending::done`] is called
-/// first: a cancel or an error leaving a connection half opened, or with an
-/// answer nobody will read, gives its slot back at once.
-struct Pending<'a>(Option<&'a str>);
-
-impl Pending<'_> {
-    fn done(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if let Some(info) = self.0 {
-            drop_connection(info);
-        }
-    }
-}
-
-/// The open connection for `info` with `statements` prepared, made (or
-/// remade) if needed, its slot marked in use for a call (see `run`); every
-/// wait in it can be cancelled.
-fn connection(
-    info: &str,
-    user: pg_sys::Oid,
-    statements: &[(&'static CStr, String, [pg_sys::Oid; 2])],
-    addr: &Addr,
-    function: &'static str,
-    what: &dyn Fn() -> String,
-) -> *mut c_void {
-    let key = statements.iter().fold(info.to_owned(), |k, (_, sql, _)| k + "\n" + sql);
-    {
-        let mut all = CONNECTIONS.borrow_mut();
-        if let Some(i) = all.iter().position(|c| c.info == info) {
-            let c = &all[i];
-            // SAFETY: reads the status of a live connection. A connection
-            // whose slot another backend took is closed at the other end;
-            // one opened while connections were not bounded is not kept
-            // once they are.
-            if c.key == key && c.state == State::Idle && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK && c.slot.as_ref().map_or(!pool::bounded(), Slot::begin_call) {
-                let mut c = all.remove(i);
-                c.state = State::Busy;
-                let conn = c.conn;
-                all.push(c);
-                return conn;
-            }
-        }
-    }
-    drop_connection(info);
-    let oldest = {
-        let mut all = CONNECTIONS.borrow_mut();
-        (all.len() >= MAX_CONNECTIONS).then(|| all.remove(0))
-    };
-    oldest.into_iter().for_each(finish);
-    register_callbacks_once();
-    let slot = pool::bounded().then(|| pool::acquire(addr, user, function, &close_own));
+/// Starts connecting with conninfo `info`.
+pub fn connect_start(info: &CStr) -> Result<*mut c_void, String> {
     let l = libpq();
-    let fail = |f: Failure| -> ! {
-        drop_connection(info);
-        match f {
-            Failure::Broken(why) => IdError::CitusUnreachable { what: what(), node: addr.describe(), function, why }.raise(),
-            Failure::Remote(e) => e.raise(),
+    // SAFETY: libpq's non-blocking connect; a connection it reports bad is
+    // finished here.
+    unsafe {
+        let conn = (l.connect_start)(info.as_ptr());
+        if conn.is_null() {
+            return Err("out of memory".into());
+        }
+        if (l.status)(conn) == CONNECTION_BAD {
+            let why = message((l.error_message)(conn));
+            (l.finish)(conn);
+            return Err(why);
+        }
+        Ok(conn)
+    }
+}
+
+/// One step of libpq's connection sequence, its socket being ready: None
+/// once connected, else whether to wait to write (or to read).
+pub fn connect_poll(conn: *mut c_void) -> Result<Option<bool>, String> {
+    let l = libpq();
+    // SAFETY: a live connection from connect_start.
+    match unsafe { (l.connect_poll)(conn) } {
+        PGRES_POLLING_OK => Ok(None),
+        PGRES_POLLING_READING => Ok(Some(false)),
+        PGRES_POLLING_WRITING => Ok(Some(true)),
+        // SAFETY: as above.
+        _ => Err(message(unsafe { (l.error_message)(conn) })),
+    }
+}
+
+/// The connection's socket (-1 for none).
+pub fn socket(conn: *mut c_void) -> c_int {
+    if conn.is_null() {
+        return -1;
+    }
+    // SAFETY: a live connection.
+    unsafe { (libpq().socket)(conn) }
+}
+
+/// Sends the preparation of minting statement `k` (see [`mint_statement`]), `sql`.
+pub fn send_prepare(conn: *mut c_void, k: usize, sql: &str) -> Result<(), String> {
+    let l = libpq();
+    let sql = CString::new(sql).unwrap_or_default();
+    // SAFETY: a live connection with nothing in flight; the arrays outlive the call.
+    unsafe {
+        match (l.send_prepare)(conn, STATEMENT_NAMES[k].as_ptr(), sql.as_ptr(), 2, STATEMENT_TYPES[k].as_ptr()) {
+            0 => Err(message((l.error_message)(conn))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Sends prepared minting statement `k` with text parameters `params`.
+pub fn send_prepared(conn: *mut c_void, k: usize, params: &[String]) -> Result<(), String> {
+    send_with(conn, STATEMENT_NAMES[k], true, params)
+}
+
+/// Sends statement `sql` with text parameters.
+fn send_statement(conn: *mut c_void, sql: &str, params: &[String]) -> Result<(), String> {
+    let sql = CString::new(sql).unwrap_or_default();
+    send_with(conn, &sql, false, params)
+}
+
+/// Sends `text`, a prepared statement's name or (not `prepared`) SQL, with text parameters.
+fn send_with(conn: *mut c_void, text: &CStr, prepared: bool, params: &[String]) -> Result<(), String> {
+    let l = libpq();
+    // Parameters never hold a NUL byte.
+    let params: Vec<CString> = params.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
+    let values: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
+    let n = values.len() as c_int;
+    let null = std::ptr::null::<c_int>();
+    // SAFETY: a live connection with nothing in flight; the arrays outlive the call.
+    let sent = unsafe {
+        match prepared {
+            true => (l.send_query_prepared)(conn, text.as_ptr(), n, values.as_ptr(), null, null, 0),
+            false => (l.send_query_params)(conn, text.as_ptr(), n, std::ptr::null(), values.as_ptr(), null, null, 0),
         }
     };
-    let cinfo = CString::new(info).unwrap_or_default();
-    // SAFETY: libpq's non-blocking connect on a connection kept in
-    // CONNECTIONS from the start (finished by drop_connection on every path
-    // that does not keep it); each prepare's results are cleared by round_trip.
-    unsafe {
-        let conn = (l.connect_start)(cinfo.as_ptr());
-        if conn.is_null() {
-            drop(slot);
-            fail(Failure::Broken("out of memory".into()))
-        }
-        CONNECTIONS.borrow_mut().push(Connection { info: info.to_owned(), key, conn, state: State::Opening, slot });
-        let pending = Pending(Some(info));
-        if let Err(f) = connect(l, conn) {
-            fail(f)
-        }
-        for (name, sql, param_types) in statements {
-            let sql = CString::new(sql.as_str()).unwrap_or_default();
-            let send = || (l.send_prepare)(conn, name.as_ptr(), sql.as_ptr(), 2, param_types.as_ptr());
-            let prepared = round_trip(l, conn, send, |res| match (l.result_status)(res) {
-                PGRES_COMMAND_OK => Ok(()),
-                _ => Err(failure(l, conn, res)),
-            });
-            if let Err(f) = prepared {
-                fail(f)
-            }
-        }
-        pending.done();
-        set_state(info, State::Busy);
-        conn
+    match sent {
+        // SAFETY: as above.
+        0 => Err(message(unsafe { (l.error_message)(conn) })),
+        _ => Ok(()),
     }
 }
 
-/// Drives libpq's connection sequence to its end or to CONNECT_TIMEOUT.
-///
-/// # Safety
-/// `conn` is a live connection from PQconnectStart.
-unsafe fn connect(l: &Libpq, conn: *mut c_void) -> Result<(), Failure> {
-    let deadline = Instant::now() + CONNECT_TIMEOUT;
-    // SAFETY: the caller's.
+/// Reads what arrived for the command in flight: None while its answer is
+/// incomplete, else its rows (none for a preparation) or what failed; every
+/// result is cleared.
+pub fn read(conn: *mut c_void) -> Option<Result<Rows, Failure>> {
+    let l = libpq();
+    // SAFETY: a live connection; every result is read below its counts and cleared.
     unsafe {
-        if (l.status)(conn) == CONNECTION_BAD {
-            return Err(Failure::Broken(message((l.error_message)(conn))));
+        if (l.consume_input)(conn) == 0 {
+            return Some(Err(Failure::Broken(message((l.error_message)(conn)))));
         }
-        // libpq's protocol: wait as if the last poll asked for writing.
-        let mut writing = true;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !wait(l, conn, writing, left) {
-                return Err(Failure::Broken(format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs())));
-            }
-            match (l.connect_poll)(conn) {
-                PGRES_POLLING_OK => return Ok(()),
-                PGRES_POLLING_READING => writing = false,
-                PGRES_POLLING_WRITING => writing = true,
-                _ => return Err(Failure::Broken(message((l.error_message)(conn)))),
-            }
-        }
-    }
-}
-
-/// Waits until `conn`'s socket is readable (or writable), or `timeout`
-/// passes (false), on the process latch too, so that a cancel or shutdown
-/// is raised here.
-///
-/// # Safety
-/// `conn` is a live connection.
-unsafe fn wait(l: &Libpq, conn: *mut c_void, writing: bool, timeout: Duration) -> bool {
-    let socket_event = if writing { pg_sys::WL_SOCKET_WRITEABLE } else { pg_sys::WL_SOCKET_READABLE };
-    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH | socket_event | pg_sys::WL_TIMEOUT) as c_int;
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as std::ffi::c_long;
-    // SAFETY: the caller's; waits on our own latch and the connection's socket.
-    let happened = unsafe { pg_sys::WaitLatchOrSocket(pg_sys::MyLatch, events, (l.socket)(conn), ms, pg_sys::PG_WAIT_EXTENSION) };
-    // SAFETY: resets our own latch before looking for interrupts.
-    unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
-    pg_sys::check_for_interrupts!();
-    happened & pg_sys::WL_TIMEOUT as c_int == 0
-}
-
-/// Sends a command with `send` and reads every result it brings with
-/// `read` (the first one counts), waiting on the socket and the latch, at
-/// most ANSWER_TIMEOUT.
-///
-/// # Safety
-/// `conn` is a live connection with nothing in flight; `send` sends on it.
-unsafe fn round_trip<T>(
-    l: &Libpq,
-    conn: *mut c_void,
-    send: impl FnOnce() -> c_int,
-    read: impl Fn(*mut c_void) -> Result<T, Failure>,
-) -> Result<T, Failure> {
-    let deadline = Instant::now() + ANSWER_TIMEOUT;
-    // SAFETY: the caller's; every result is cleared.
-    unsafe {
-        if send() == 0 {
-            return Err(Failure::Broken(message((l.error_message)(conn))));
-        }
-        loop {
-            if (l.consume_input)(conn) == 0 {
-                return Err(Failure::Broken(message((l.error_message)(conn))));
-            }
-            if (l.is_busy)(conn) == 0 {
-                break;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Failure::Broken(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs())));
-            }
-            wait(l, conn, false, left);
+        if (l.is_busy)(conn) != 0 {
+            return None;
         }
         let mut outcome = None;
         loop {
@@ -437,36 +236,194 @@ unsafe fn round_trip<T>(
                 break;
             }
             if outcome.is_none() {
-                outcome = Some(read(res));
+                outcome = Some(match (l.result_status)(res) {
+                    PGRES_COMMAND_OK => Ok(Vec::new()),
+                    PGRES_TUPLES_OK => {
+                        let (rows, columns) = ((l.ntuples)(res), (l.nfields)(res));
+                        Ok((0..rows)
+                            .map(|r| (0..columns).map(|f| ((l.get_is_null)(res, r, f) == 0).then(|| message((l.get_value)(res, r, f)))).collect())
+                            .collect())
+                    }
+                    _ => Err(failure(l, conn, res)),
+                });
             }
             (l.clear)(res);
         }
-        outcome.unwrap_or_else(|| Err(Failure::Broken("no answer".into())))
+        Some(outcome.unwrap_or_else(|| Err(Failure::Broken("no answer".into()))))
     }
+}
+
+/// Whether an idle connection is still open (reading what arrived unasked).
+pub fn alive(conn: *mut c_void) -> bool {
+    let l = libpq();
+    // SAFETY: a live connection with nothing in flight.
+    unsafe { (l.consume_input)(conn) != 0 && (l.status)(conn) == CONNECTION_OK }
+}
+
+/// Closes a connection.
+pub fn finish(conn: *mut c_void) {
+    // SAFETY: a connection libpq made and nobody else holds.
+    unsafe { (libpq().finish)(conn) };
+}
+
+// ---- a backend's own connections, for the hand-over ---------------------------------
+
+/// Has `addr` run `sql` with text parameters as the extension's owner, with
+/// the rows of text it answers; reconnects once if the connection broke (a
+/// step that reached the node but whose answer was lost is repeated: every
+/// step of a hand-over can be). `what` names the node for an error.
+pub fn call(addr: &Addr, sql: &str, params: &[String], function: &'static str, what: &dyn Fn() -> String) -> Rows {
+    let info = conninfo(addr, IDLE);
+    let unreachable = |why: String| -> ! { IdError::CitusUnreachable { what: what(), node: addr.describe(), function, why }.raise() };
+    let mut retried = false;
+    loop {
+        let conn = connection(&info).unwrap_or_else(|why| unreachable(why));
+        let pending = Pending(&info);
+        let outcome = send_statement(conn, sql, params).map_err(Failure::Broken).and_then(|()| answer(conn));
+        match outcome {
+            Ok(rows) => {
+                pending.done();
+                return rows;
+            }
+            Err(Failure::Remote(e)) => {
+                pending.done();
+                e.raise()
+            }
+            Err(Failure::Broken(why)) => {
+                drop(pending);
+                if retried {
+                    unreachable(why)
+                }
+                retried = true;
+            }
+        }
+    }
+}
+
+/// A connection to a node, kept from the moment libpq makes it, so that an
+/// error or cancel raised while it is opened or used leaves it to be
+/// finished, not leaked.
+struct Connection {
+    info: String,
+    conn: *mut c_void,
+}
+
+/// The backend's connections, the most recently used last.
+static CONNECTIONS: BackendLocal<Vec<Connection>> = BackendLocal::new(Vec::new());
+
+/// Closes the connections of `all` that `gone` picks.
+fn close_where(mut all: RefMut<'_, Vec<Connection>>, gone: impl Fn(&Connection) -> bool) {
+    let (gone, kept): (Vec<Connection>, _) = std::mem::take(&mut *all).into_iter().partition(gone);
+    *all = kept;
+    drop(all);
+    gone.into_iter().for_each(|c| finish(c.conn));
+}
+
+fn drop_connection(info: &str) {
+    close_where(CONNECTIONS.borrow_mut(), |c| c.info == info);
+}
+
+/// Closes the connection for `info` unless [`Pending::done`] is called
+/// first: a cancel or an error while it is in use (an answer nobody will
+/// read) closes it.
+struct Pending<'a>(&'a str);
+
+impl Pending<'_> {
+    fn done(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        drop_connection(self.0);
+    }
+}
+
+/// The open connection for `info`, made if needed; every wait in it can be
+/// cancelled.
+fn connection(info: &str) -> Result<*mut c_void, String> {
+    {
+        let mut all = CONNECTIONS.borrow_mut();
+        if let Some(i) = all.iter().position(|c| c.info == info) {
+            let c = all.remove(i);
+            // SAFETY: reads the status of a live connection.
+            if unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
+                let conn = c.conn;
+                all.push(c);
+                return Ok(conn);
+            }
+            drop(all);
+            finish(c.conn);
+        }
+    }
+    let oldest = {
+        let mut all = CONNECTIONS.borrow_mut();
+        (all.len() >= MAX_CONNECTIONS).then(|| all.remove(0))
+    };
+    oldest.into_iter().for_each(|c| finish(c.conn));
+    register_callbacks_once();
+    let conn = connect_start(&CString::new(info).unwrap_or_default())?;
+    CONNECTIONS.borrow_mut().push(Connection { info: info.to_owned(), conn });
+    let pending = Pending(info);
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    let mut writing = true;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !wait(conn, writing, left) {
+            return Err(format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs()));
+        }
+        match connect_poll(conn)? {
+            None => break,
+            Some(w) => writing = w,
+        }
+    }
+    pending.done();
+    Ok(conn)
+}
+
+/// Waits for the answer to the command sent on `conn`, at most ANSWER_TIMEOUT.
+fn answer(conn: *mut c_void) -> Result<Rows, Failure> {
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    loop {
+        if let Some(outcome) = read(conn) {
+            return outcome;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Failure::Broken(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs())));
+        }
+        wait(conn, false, left);
+    }
+}
+
+/// Waits until `conn`'s socket is readable (or writable), or `timeout`
+/// passes (false), on the process latch too, so that a cancel or shutdown
+/// is raised here.
+fn wait(conn: *mut c_void, writing: bool, timeout: Duration) -> bool {
+    let socket_event = if writing { pg_sys::WL_SOCKET_WRITEABLE } else { pg_sys::WL_SOCKET_READABLE };
+    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH | socket_event | pg_sys::WL_TIMEOUT) as c_int;
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as std::ffi::c_long;
+    // SAFETY: waits on our own latch and a live connection's socket.
+    let happened = unsafe { pg_sys::WaitLatchOrSocket(pg_sys::MyLatch, events, socket(conn), ms, pg_sys::PG_WAIT_EXTENSION) };
+    // SAFETY: resets our own latch before looking for interrupts.
+    unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+    pg_sys::check_for_interrupts!();
+    happened & pg_sys::WL_TIMEOUT as c_int == 0
 }
 
 fn register_callbacks_once() {
     static REGISTERED: BackendLocal<bool> = BackendLocal::new(false);
     if !REGISTERED.get() {
         REGISTERED.set(true);
-        // SAFETY: registers callbacks that only close our connections.
-        unsafe {
-            pg_sys::on_proc_exit(Some(close_at_exit), pg_sys::Datum::from(0));
-            pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
-        }
-    }
-}
-
-unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
-    use pg_sys::XactEvent::*;
-    if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
-        yield_to_waiters(true);
+        // SAFETY: registers a callback that only closes our connections.
+        unsafe { pg_sys::on_proc_exit(Some(close_at_exit), pg_sys::Datum::from(0)) };
     }
 }
 
 unsafe extern "C-unwind" fn close_at_exit(_code: c_int, _arg: pg_sys::Datum) {
     let all = std::mem::take(&mut *CONNECTIONS.borrow_mut());
-    all.into_iter().for_each(finish);
+    all.into_iter().for_each(|c| finish(c.conn));
 }
 
 fn message(p: *const c_char) -> String {
@@ -475,62 +432,6 @@ fn message(p: *const c_char) -> String {
     }
     // SAFETY: a NUL-terminated string libpq owns, copied at once.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().trim_end().to_string()
-}
-
-/// Runs a request on a connection from `connection` and returns the rows it answers,
-/// as text; a mint request must answer exactly the IDs it asked for.
-fn run(
-    conn: *mut c_void,
-    info: &str,
-    request: &Request<'_>,
-    statements: &[(&'static CStr, String, [pg_sys::Oid; 2])],
-) -> Result<Vec<Vec<Option<String>>>, Failure> {
-    let l = libpq();
-    let (sql, params, prepared, expect) = match request {
-        Request::Mint { schema, value, n } => {
-            let name = statements[*schema as usize].0;
-            (name.to_owned(), vec![value.to_string(), n.to_string()], true, Some(*n))
-        }
-        Request::Sql { sql, params } => (CString::new(sql.as_str()).unwrap_or_default(), params.clone(), false, None),
-    };
-    // SQL text and parameters never hold a NUL byte.
-    let params: Vec<CString> = params.into_iter().map(|p| CString::new(p).unwrap_or_default()).collect();
-    let values: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
-    let n = values.len() as c_int;
-    let pending = Pending(Some(info));
-    // SAFETY: a connection from connection(), and parameter arrays
-    // that outlive the call; rows and columns are read below their counts.
-    let outcome = unsafe {
-        round_trip(
-            l,
-            conn,
-            || match prepared {
-                true => (l.send_query_prepared)(conn, sql.as_ptr(), n, values.as_ptr(), std::ptr::null(), std::ptr::null(), 0),
-                false => (l.send_query_params)(conn, sql.as_ptr(), n, std::ptr::null(), values.as_ptr(), std::ptr::null(), std::ptr::null(), 0),
-            },
-            |res| match (l.result_status)(res) {
-                PGRES_TUPLES_OK => {
-                    let (rows, columns) = ((l.ntuples)(res), (l.nfields)(res));
-                    if expect.is_some_and(|n| n as c_int != rows) {
-                        return Err(Failure::Remote(IdError::Internal(format!("another node returned {rows} IDs of {}", expect.unwrap_or(0)))));
-                    }
-                    Ok((0..rows)
-                        .map(|r| {
-                            (0..columns)
-                                .map(|f| ((l.get_is_null)(res, r, f) == 0).then(|| message((l.get_value)(res, r, f))))
-                                .collect()
-                        })
-                        .collect())
-                }
-                _ => Err(failure(l, conn, res)),
-            },
-        )
-    };
-    pending.done();
-    set_state(info, State::Idle);
-    RHYTHM.set(Rhythm { last_end: Some(Instant::now()), ..RHYTHM.get() });
-    yield_to_waiters(false);
-    outcome
 }
 
 /// What an error result means: the session ended (the connection broke, or
@@ -552,7 +453,7 @@ unsafe fn failure(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Failure {
         // SAFETY: the caller's.
         return Failure::Broken(why.unwrap_or_else(|| message(unsafe { (l.error_message)(conn) })));
     }
-    Failure::Remote(IdError::Relayed {
+    Failure::Remote(Remote {
         sqlstate: field(b'C').unwrap_or_else(|| "XX000".into()),
         message: field(b'M').unwrap_or_default(),
         detail: field(b'D'),

@@ -29,12 +29,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use pgrx::prelude::*;
 
+mod admission;
+mod forwarder;
 mod handover;
 mod libpq;
 mod metadata;
-mod pool;
 
-use libpq::{As, Request};
 use metadata::Addr;
 
 use crate::backend::BackendLocal;
@@ -56,7 +56,7 @@ pub fn init() {
     let citus = unsafe { !pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false).is_null() };
     PRELOADED.store(citus, Ordering::Relaxed);
     if citus {
-        pool::init();
+        forwarder::init();
         // SAFETY: chains the previous hook, in the postmaster before any backend starts.
         unsafe {
             PREV_ANALYZE = pg_sys::post_parse_analyze_hook;
@@ -65,10 +65,11 @@ pub fn init() {
     }
 }
 
-/// Defines `pg_idgen.forwarded` and `pg_idgen.citus_max_connections_per_node`
-/// (see [`pool`]), preloaded or not.
+/// Defines `pg_idgen.forwarded` (see [`admission`]) and
+/// `pg_idgen.citus_max_connections_per_node` (see [`forwarder`]), preloaded or not.
 pub fn register_settings() {
-    pool::register_settings();
+    admission::register_settings();
+    forwarder::register_settings();
 }
 
 static mut PREV_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
@@ -113,7 +114,7 @@ enum Key {
 }
 
 /// The most IDs one round trip fetches: a millisecond's worth of one shard.
-const MAX_BLOCK: u32 = 1024;
+const MAX_BLOCK: u32 = forwarder::MAX_IDS as u32;
 
 /// The most shards and schemas one statement keeps blocks for; past it the
 /// blocks start over (bounding a backend's memory).
@@ -315,14 +316,7 @@ fn forward(addr: &Addr, key: Key, function: &'static str) -> i64 {
         Key::Shard(_) => "the Citus coordinator".to_string(),
         Key::Schema(_) => format!("the Citus node holding schema \"{value}\""),
     };
-    let rows = libpq::call(addr, &Request::Mint { schema, value: &value, n }, As::Caller, function, &what);
-    let mut ids: VecDeque<i64> = rows
-        .into_iter()
-        .map(|r| match r.first().cloned().flatten().map(|v| v.parse::<i64>()) {
-            Some(Ok(id)) => id,
-            _ => IdError::Internal("another node answered an ID that is not a bigint".into()).raise(),
-        })
-        .collect();
+    let mut ids: VecDeque<i64> = forwarder::mint(addr, schema, &value, n, function, &what).into();
     let first = ids.pop_front().unwrap_or_else(|| IdError::Internal("another node returned no ID".into()).raise());
     let shard = crate::core::layout::decompose(first).or_raise().shard;
     let mut blocks = BLOCKS.borrow_mut();

@@ -1,0 +1,98 @@
+//! Sessions other nodes open here: one another node opens to mint
+//! (`pg_idgen.forwarded` set at connection start) never takes a slot
+//! `superuser_reserved_connections` (or, from PostgreSQL 16,
+//! `reserved_connections`) keeps for administrators, whatever its role: it
+//! is refused as a non-superuser would be.
+
+use std::ffi::{c_int, c_void};
+
+use pgrx::prelude::*;
+
+use crate::errors::IdError;
+
+/// `pg_idgen.forwarded`: how many times the call a session serves was
+/// forwarded (see `libpq::hop`). Defined by hand, not through pgrx, for its
+/// check hook.
+static mut FORWARDED: c_int = 0;
+
+/// Defines `pg_idgen.forwarded`, whether or not the library is preloaded (a
+/// node whose library predates it refuses a session that sets it).
+pub fn register_settings() {
+    // SAFETY: defines a setting whose variable is a static of this library,
+    // with a check hook that only reads server state.
+    unsafe {
+        pg_sys::DefineCustomIntVariable(
+            c"pg_idgen.forwarded".as_ptr(),
+            c"How many times the call this session serves was forwarded between Citus nodes.".as_ptr(),
+            c"Set by pg_idgen when a Citus node opens a session on another to mint there; a call is forwarded at most twice.".as_ptr(),
+            &raw mut FORWARDED,
+            0,
+            0,
+            2,
+            pg_sys::GucContext::PGC_BACKEND,
+            0,
+            Some(admit_forwarded),
+            None,
+            None,
+        );
+    }
+}
+
+/// `pg_idgen.forwarded`: 0 in a client's session, 1 or 2 in a session a
+/// Citus node opened on this one to mint here.
+pub fn forwarded() -> usize {
+    // SAFETY: a setting's variable, read on the backend's one thread.
+    (unsafe { FORWARDED }).clamp(0, 2) as usize
+}
+
+/// The check hook of `pg_idgen.forwarded`: a client backend starting with
+/// it set (by another node) is refused when only reserved slots are free,
+/// as PostgreSQL refuses a role that is no superuser; this runs after that
+/// check, with this session's own slot taken as it was then. Parallel
+/// workers copying the setting and any other source pass.
+#[pg_guard]
+unsafe extern "C-unwind" fn admit_forwarded(newval: *mut c_int, _extra: *mut *mut c_void, source: pg_sys::GucSource::Type) -> bool {
+    // SAFETY: the value PostgreSQL checks, and server globals read in this backend.
+    let (value, client_backend) = unsafe { (*newval, pg_sys::MyBackendType == pg_sys::BackendType::B_BACKEND) };
+    if value > 0 && source == pg_sys::GucSource::PGC_S_CLIENT && client_backend {
+        let reserved = reserved_slots();
+        if reserved > 0 && !free_slots(reserved) {
+            #[cfg(feature = "pg15")]
+            let settings = "superuser_reserved_connections";
+            #[cfg(not(feature = "pg15"))]
+            let settings = "superuser_reserved_connections and reserved_connections";
+            IdError::CitusReservedSlots { reserved, settings }.raise()
+        }
+    }
+    true
+}
+
+/// The connection slots kept for superusers (and, from 16, for roles
+/// granted `pg_use_reserved_connections`).
+fn reserved_slots() -> i32 {
+    // SAFETY: settings' variables, read in this backend.
+    #[cfg(feature = "pg15")]
+    unsafe {
+        pg_sys::ReservedBackends
+    }
+    // SAFETY: as above.
+    #[cfg(not(feature = "pg15"))]
+    unsafe {
+        pg_sys::SuperuserReservedConnections + pg_sys::ReservedConnections
+    }
+}
+
+/// Whether at least `n` connection slots are free.
+fn free_slots(n: i32) -> bool {
+    // SAFETY: reads the free list under its own lock.
+    #[cfg(feature = "pg15")]
+    unsafe {
+        pg_sys::HaveNFreeProcs(n)
+    }
+    // SAFETY: as above; the count is written to a local.
+    #[cfg(not(feature = "pg15"))]
+    unsafe {
+        let mut free = 0;
+        pg_sys::HaveNFreeProcs(n, &mut free)
+    }
+}
