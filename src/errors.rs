@@ -431,7 +431,7 @@ impl IdError {
             CitusUnreachable { what, node, function, why } => (
                 format!("{function} cannot reach {what} at {node}"),
                 Some(why.clone()),
-                Some("On a Citus cluster the node holding a distributed schema mints its shard, and the coordinator every other shard: check that it runs and accepts this role's connections from this node (citus.node_conninfo, pg_hba.conf, .pgpass).".into()),
+                Some("On a Citus cluster the node holding a distributed schema mints its shard, and the coordinator every other shard: check that it runs and accepts the extension owner's connections from this node (citus.node_conninfo, pg_dist_authinfo, pg_hba.conf).".into()),
             ),
             CitusReservedSlots { reserved, settings } => (
                 "remaining connection slots are reserved for administrators, not for pg_idgen's sessions from other nodes".into(),
@@ -440,8 +440,8 @@ impl IdError {
             ),
             CitusTooManyConnections { node, function, limit, waited_s } => (
                 format!("{function} found no free connection to the Citus node at {node}"),
-                Some(format!("This server's sessions keep {limit} connections open to that node (pg_idgen.citus_max_connections_per_node), and none came free for this session within {waited_s} s.")),
-                Some("Raise pg_idgen.citus_max_connections_per_node (0: no bound), or mint through the node that holds the data.".into()),
+                Some(format!("This server's forwarder keeps at most {limit} connections open to that node (pg_idgen.citus_max_connections_per_node), and none came free for this call within {waited_s} s.")),
+                Some("Raise pg_idgen.citus_max_connections_per_node, or mint through the node that holds the data.".into()),
             ),
             Relayed { message, detail, hint, .. } => (message.clone(), detail.clone(), hint.clone()),
             Internal(e) => (format!("pg_idgen internal error: {e}"), None, None),

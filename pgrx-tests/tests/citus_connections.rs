@@ -162,7 +162,7 @@ mod citus {
             let t0 = Instant::now();
             let refused = mint(&mut worker.client());
             let waited = t0.elapsed();
-            let cancelled: bool = w.query_one("SELECT pg_cancel_backend($1)", &[&a_pid]).unwrap().get(0);
+            let cancelled: bool = w.query_one("SELECT pg_cancel_backend($1::int)", &[&a_pid]).unwrap().get(0);
             assert!(cancelled);
             (stuck.join().unwrap(), refused, waited)
         });
@@ -177,7 +177,7 @@ mod citus {
         assert!(after > first, "{after} after {first}");
 
         let forwarder: i32 = w.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0);
-        assert!(w.query_one("SELECT pg_terminate_backend($1)", &[&forwarder]).unwrap().get::<_, bool>(0));
+        assert!(w.query_one("SELECT pg_terminate_backend($1::int)", &[&forwarder]).unwrap().get::<_, bool>(0));
         let mut again = None;
         eventually(30, "a forwarder mints again", || {
             again = mint(&mut w).ok();

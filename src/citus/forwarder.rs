@@ -33,6 +33,7 @@ use pgrx::{pg_shmem_init, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSha
 
 use super::libpq::{self, Failure, ANSWER_TIMEOUT, CONNECT_TIMEOUT};
 use super::metadata::Addr;
+use crate::backend::BackendLocal;
 use crate::errors::IdError;
 
 /// How many requests can be under way at once, in all the server.
@@ -48,11 +49,12 @@ pub const MAX_IDS: usize = 1024;
 
 /// How long a request waits to be sent before it fails with 53300.
 pub const WAIT: Duration = Duration::from_secs(10);
-/// How long the forwarder keeps a connection nobody uses.
-const KEEP: Duration = Duration::from_secs(60);
+/// How long the forwarder keeps a connection nobody uses (making one again
+/// takes milliseconds).
+const KEEP: Duration = Duration::from_secs(10);
 /// How long the other node keeps a session of the forwarder's that is not
 /// used (if the forwarder stopped without closing it).
-const IDLE_THERE: Duration = Duration::from_secs(120);
+const IDLE_THERE: Duration = Duration::from_secs(20);
 
 /// The most connections to one node (the default is small: they are
 /// shared, and each runs a call in well under a millisecond).
@@ -226,19 +228,49 @@ fn node_key(addr: &Addr) -> u64 {
 
 // ---- the backend's side ----------------------------------------------------------
 
-/// A slot this backend holds: given up when dropped (a cancel, an error, a
-/// timeout), so that the forwarder drops its answer.
+/// A slot this backend holds: given up when dropped (an answer read, a
+/// cancel, an error, a timeout), or when the backend exits without
+/// unwinding (a FATAL error, a termination), so that the forwarder drops
+/// its answer and the slot is free again.
 struct Held(&'static Slot);
+
+/// The slot this backend holds, for its exit.
+static HOLDING: BackendLocal<Option<&'static Slot>> = BackendLocal::new(None);
+
+impl Held {
+    fn new(slot: &'static Slot) -> Held {
+        static REGISTERED: BackendLocal<bool> = BackendLocal::new(false);
+        if !REGISTERED.get() {
+            REGISTERED.set(true);
+            // SAFETY: registers a callback that only gives a slot up.
+            unsafe { pg_sys::on_proc_exit(Some(give_up_at_exit), pg_sys::Datum::from(0)) };
+        }
+        HOLDING.set(Some(slot));
+        Held(slot)
+    }
+}
+
+fn give_up(slot: &Slot) {
+    let s = &slot.state;
+    if s.compare_exchange(QUEUED, FREE, Ordering::AcqRel, Ordering::Acquire).is_err()
+        && s.compare_exchange(TAKEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_err()
+    {
+        // WRITING or DONE: still this backend's.
+        s.store(FREE, Ordering::Release);
+    }
+}
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let s = &self.0.state;
-        if s.compare_exchange(QUEUED, FREE, Ordering::AcqRel, Ordering::Acquire).is_err()
-            && s.compare_exchange(TAKEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_err()
-        {
-            // WRITING or DONE: still this backend's.
-            s.store(FREE, Ordering::Release);
-        }
+        HOLDING.set(None);
+        give_up(self.0);
+    }
+}
+
+unsafe extern "C-unwind" fn give_up_at_exit(_code: c_int, _arg: pg_sys::Datum) {
+    if let Some(slot) = HOLDING.get() {
+        HOLDING.set(None);
+        give_up(slot);
     }
 }
 
@@ -281,7 +313,7 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
     // A free slot, waiting for one at most WAIT.
     let held = loop {
         if let Some(s) = q.slots.iter().find(|s| s.state.compare_exchange(FREE, WRITING, Ordering::AcqRel, Ordering::Relaxed).is_ok()) {
-            break Held(s);
+            break Held::new(s);
         }
         if start.elapsed() > WAIT {
             busy()
@@ -496,12 +528,15 @@ impl Forwarder {
                 c.dead = Some(why);
             }
         }
-        let q = self.q;
+        let (q, conns) = (self.q, &self.conns);
+        // A request waits WAIT for a connection, unless one is being made for
+        // it (that ends within CONNECT_TIMEOUT, and answers it if it fails).
+        let opening = |key: &str| conns.iter().any(|c| c.dead.is_none() && c.key == key && matches!(c.phase, Phase::Connecting(_) | Phase::Preparing(_)));
         self.jobs.retain(|j| {
             if q.slots[j.slot].state.load(Ordering::Acquire) == ABANDONED {
                 q.slots[j.slot].state.store(FREE, Ordering::Release);
                 false
-            } else if j.since.elapsed() > WAIT {
+            } else if j.since.elapsed() > WAIT && !opening(&j.key) {
                 answer(q, j.slot, Answer::Busy);
                 false
             } else {
@@ -558,8 +593,8 @@ impl Forwarder {
     }
 
     /// Closes the connections marked dead: a request on one is sent again
-    /// once, on another; one failing to connect counts as a try for every
-    /// request waiting for its key.
+    /// once, on another; one failing to connect (or to prepare) fails every
+    /// request waiting for its key, with its reason.
     fn close_dead(&mut self) {
         let (dead, live): (Vec<Conn>, Vec<Conn>) = std::mem::take(&mut self.conns).into_iter().partition(|c| c.dead.is_some());
         self.conns = live;
@@ -579,15 +614,12 @@ impl Forwarder {
                 }
                 Phase::Connecting(_) | Phase::Preparing(_) => {
                     let q = self.q;
-                    self.jobs.retain_mut(|j| {
-                        if j.key != c.key {
-                            return true;
-                        }
-                        j.tries += 1;
-                        if j.tries >= 2 {
+                    self.jobs.retain(|j| {
+                        let failed = j.key == c.key;
+                        if failed {
                             answer(q, j.slot, Answer::Failed(Failure::Broken(why.clone())));
                         }
-                        j.tries < 2
+                        !failed
                     });
                 }
                 Phase::Idle => {}

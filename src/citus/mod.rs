@@ -9,8 +9,8 @@
 //! node mints each: for a distributed schema registered as a logical shard,
 //! the node holding its placement (by Citus's metadata, which every node
 //! has); for any other shard, the coordinator (node group 0). A call
-//! entering elsewhere is forwarded to that node (see [`libpq`]), as the
-//! calling role, and answers what it answered; a statement minting many
+//! entering elsewhere is forwarded to that node by the server's forwarder
+//! (see [`forwarder`]), and answers what it answered; a statement minting many
 //! rows takes them in blocks (see [`Block`]). When a schema's placement
 //! moves, the new holder takes the shard over before it mints (see
 //! [`handover`]): its first ID is above the old holder's last.
