@@ -312,9 +312,9 @@ mod citus {
         std::fs::write(&hba, format!("local all app scram-sha-256\n{before}")).unwrap();
         a.client().batch_execute("SELECT pg_reload_conf()").unwrap();
         assert!(a.try_client_as("postgres", "app").is_err(), "the holder let app in without a password");
-        let mut b = cluster.workers[1].client_as("postgres", "app");
-        let entries: i64 = b.query_one("SELECT count(*) FROM pg_dist_authinfo", &[]).unwrap().get(0);
+        let entries: i64 = cluster.workers[1].client().query_one("SELECT count(*) FROM pg_dist_authinfo", &[]).unwrap().get(0);
         assert_eq!(entries, 0);
+        let mut b = cluster.workers[1].client_as("postgres", "app");
         let ids: Vec<i64> = (0..50)
             .map(|i| b.query_one("SELECT next_schema_id('tenant1')", &[]).map(|r| r.get(0)).unwrap_or_else(|e| panic!("call {i}: {}", failure(&e))))
             .collect();
