@@ -111,7 +111,9 @@ pub enum IdError {
     CitusUnreachable { what: String, node: String, function: &'static str, why: String },
     /// A session another Citus node opened here, when only reserved slots are free.
     CitusReservedSlots { reserved: i32, settings: &'static str },
-    /// This server's sessions keep the most connections allowed to a node.
+    /// The Citus node that mints does not let the current role execute the function.
+    CitusNoExecute { function: &'static str, node: String, role: String },
+    /// This server's forwarder keeps the most connections allowed to a node.
     CitusTooManyConnections { node: String, function: &'static str, limit: u32, waited_s: u64 },
     /// An error another Citus node raised, raised again as it was there.
     Relayed { sqlstate: String, message: String, detail: Option<String>, hint: Option<String> },
@@ -177,6 +179,7 @@ impl IdError {
             CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             CitusUnreachable { .. } => ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             CitusReservedSlots { .. } | CitusTooManyConnections { .. } => ERRCODE_TOO_MANY_CONNECTIONS,
+            CitusNoExecute { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
             Relayed { sqlstate, .. } => sqlstate_code(sqlstate),
             Internal(_) => ERRCODE_INTERNAL_ERROR,
         }
@@ -437,6 +440,11 @@ impl IdError {
                 "remaining connection slots are reserved for administrators, not for pg_idgen's sessions from other nodes".into(),
                 Some(format!("Only the {reserved} slots kept by {settings} are free; a session another node opens to mint here (pg_idgen.forwarded set) never takes them, whatever its role.")),
                 Some("Raise max_connections on this node, or lower pg_idgen.citus_max_connections_per_node on the others.".into()),
+            ),
+            CitusNoExecute { function, node, role } => (
+                format!("permission denied for function {function}"),
+                Some(format!("The Citus node that mints this shard, at {node}, does not grant EXECUTE on {function} to role \"{role}\"; each node keeps its own grants.")),
+                Some("Grant or revoke EXECUTE on pg_idgen's functions alike on every node of the cluster.".into()),
             ),
             CitusTooManyConnections { node, function, limit, waited_s } => (
                 format!("{function} found no free connection to the Citus node at {node}"),

@@ -97,6 +97,11 @@ fn shard_of(name: &str) -> Shard {
 /// The next ID for the logical shard registered for a schema.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_schema_id(schema_name: &str) -> i64 {
+    // Longer than a name can be: PostgreSQL (and Citus's metadata) would
+    // truncate it to another schema's name.
+    if schema_name.len() >= pg_sys::NAMEDATALEN as usize {
+        IdError::SchemaMissing(schema_name.into()).raise()
+    }
     let resolve = || shard_of(schema_name);
     if let Some(id) = citus::mint(Call::Schema(schema_name, &resolve), "next_schema_id", |s| ids::try_mint(s, "next_schema_id")) {
         return id;

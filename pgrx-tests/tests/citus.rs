@@ -605,15 +605,20 @@ mod citus {
         assert_eq!(decode(id).1, 7);
     }
 
-    /// Who may mint is checked where the call is made; the forwarder
-    /// connects as the extension's owner. So a role that cannot log in mints
-    /// through a worker as on the coordinator, and a role without EXECUTE on
-    /// `next_shard_id` is refused on the worker (42501), forwarding nothing.
+    /// Who may mint is checked where the call is made and where it is
+    /// minted (grants are each node's own; Citus does not carry them over);
+    /// the forwarder connects as the extension's owner. So a role that
+    /// cannot log in mints through a worker as on the coordinator; a role
+    /// without EXECUTE on the worker is refused there (42501), forwarding
+    /// nothing; one granted EXECUTE on the worker only is refused by the
+    /// coordinator (42501, saying so). A name longer than a schema's can be
+    /// is refused as no schema (3F000), not truncated to another's. An
+    /// ordinary role cannot pose as a forwarded session.
     #[test]
-    fn who_may_mint_is_checked_where_the_call_is_made() {
+    fn who_may_mint_is_checked_where_the_call_is_made_and_where_it_is_minted() {
         let cluster = Cluster::start("citus_nologin", 1, &[]);
         let mut c = cluster.coordinator.client();
-        c.batch_execute("CREATE ROLE nologin_minter NOLOGIN; CREATE ROLE no_execute LOGIN").unwrap();
+        c.batch_execute("CREATE ROLE nologin_minter NOLOGIN; CREATE ROLE no_execute LOGIN; CREATE ROLE worker_only LOGIN").unwrap();
         for node in cluster.nodes() {
             node.client()
                 .batch_execute(
@@ -622,6 +627,7 @@ mod citus {
                 )
                 .unwrap();
         }
+        cluster.workers[0].client().batch_execute("GRANT EXECUTE ON FUNCTION next_shard_id(integer) TO worker_only").unwrap();
         let mut w = cluster.workers[0].client();
         w.batch_execute("SET ROLE nologin_minter").unwrap();
         let id: i64 = w.query_one("SELECT next_shard_id(7)", &[]).unwrap_or_else(|e| panic!("{}", failure(&e))).get(0);
@@ -636,6 +642,18 @@ mod citus {
         let mut refused = cluster.workers[0].client_as("postgres", "no_execute");
         assert_eq!(sqlstate(refused.query_one("SELECT next_shard_id(7)", &[])), "42501");
         assert_eq!(sessions(&mut c), before, "a refused call reached the coordinator");
+        let e = cluster.workers[0].client_as("postgres", "worker_only").query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!((db.code().code(), db.message()), ("42501", "permission denied for function next_shard_id"));
+        assert!(db.detail().unwrap_or_default().contains("does not grant EXECUTE on next_shard_id to role \"worker_only\""), "{:?}", db.detail());
+        let long = "x".repeat(300);
+        assert_eq!(sqlstate(w.query_one("SELECT next_schema_id($1)", &[&long])), "3F000");
+        let posing = pg_idgen_e2e::postgres::Client::connect(
+            &format!("host={} port={PORT} user=no_execute dbname=postgres options='-c pg_idgen.forwarded=1'", cluster.workers[0].dir.display()),
+            pg_idgen_e2e::postgres::NoTls,
+        );
+        let e = posing.err().expect("an ordinary role connected as a forwarded session");
+        assert_eq!(e.code().map(|c| c.code()), Some("42501"), "{e}");
     }
 
     /// Stopped at once and restarted, the coordinator with its clock two

@@ -381,4 +381,54 @@ mod citus {
             assert!(id > other, "the holder minted {id}, not above the coordinator's {other}");
         }
     }
+
+    /// A take cancelled while the coordinator waits (a session there holds
+    /// the record of holders locked): the new holder's statement ends with
+    /// 57014. Once the lock is gone, the take the coordinator went on with
+    /// may have been recorded without the new holder knowing: its next
+    /// insert takes the shard (again, or for the first time), above every ID
+    /// before, and the old holder's inserts go to it. No ID repeats.
+    #[test]
+    fn a_cancelled_take_leaves_the_shard_to_be_taken_again() {
+        let cluster = cluster_with_tenant("citus_cancel_take", 2);
+        let mut a = cluster.workers[0].client_as("postgres", "app");
+        let mut ids: Vec<i64> = (0..20).map(|_| insert(&mut a, 1, "before").unwrap()).collect();
+        let mut c = cluster.coordinator.client();
+        let second = node_name(&cluster.workers[1]);
+        c.execute("SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')", &[&second, &(PORT as i32)])
+            .unwrap();
+        let mut lock = cluster.coordinator.client();
+        lock.batch_execute("BEGIN; LOCK TABLE citus_shard_holders IN ACCESS EXCLUSIVE MODE").unwrap();
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let b_pid: i32 = b.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let stuck = std::thread::scope(|s| {
+            let t = s.spawn(move || insert(&mut b, 2, "cancelled").map_err(|e| e.code().map(|c| c.code().to_string())));
+            let mut watch = cluster.coordinator.client();
+            pg_idgen_e2e::eventually(30, "the take waits for the lock on the coordinator", || {
+                let n: i64 = watch
+                    .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding' AND wait_event_type = 'Lock'", &[])
+                    .unwrap()
+                    .get(0);
+                n == 1
+            });
+            let mut w = cluster.workers[1].client();
+            assert!(w.query_one("SELECT pg_cancel_backend($1::int)", &[&b_pid]).unwrap().get::<_, bool>(0));
+            t.join().unwrap()
+        });
+        assert_eq!(stuck, Err(Some("57014".to_string())), "the cancelled insert");
+        lock.batch_execute("COMMIT").unwrap();
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let mut after = vec![];
+        for i in 0..20 {
+            after.push(insert(&mut b, 2, "after").unwrap_or_else(|e| panic!("insert {i} on the new holder: {}", failure(&e))));
+            after.push(insert(&mut a, 1, "old holder").unwrap_or_else(|e| panic!("insert {i} on the old holder: {}", failure(&e))));
+        }
+        let top = *ids.iter().max().unwrap();
+        assert!(after.iter().all(|id| *id > top), "an ID after the take is not above {top}: {after:?}");
+        assert!(after.windows(2).all(|w| w[0] < w[1]), "{after:?}");
+        ids.extend(after);
+        let (rows, distinct): (i64, i64) =
+            c.query_one("SELECT count(*), count(DISTINCT id) FROM tenant1.photos", &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+        assert_eq!((rows, distinct), (ids.len() as i64, ids.len() as i64));
+    }
 }

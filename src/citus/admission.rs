@@ -29,7 +29,7 @@ pub fn register_settings() {
             0,
             0,
             2,
-            pg_sys::GucContext::PGC_BACKEND,
+            pg_sys::GucContext::PGC_SU_BACKEND,
             0,
             Some(admit_forwarded),
             None,

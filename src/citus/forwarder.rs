@@ -42,6 +42,8 @@ const SLOTS: usize = 128;
 const KEY: usize = 3072;
 /// The most bytes of a schema's name or a shard's number.
 const VALUE: usize = 256;
+/// The most bytes of a role's name.
+const ROLE: usize = pg_sys::NAMEDATALEN as usize;
 /// The most bytes of an error's message, detail or hint (cut at a character).
 const TEXT: usize = 1024;
 /// The most IDs one request asks for.
@@ -120,6 +122,9 @@ struct Exchange {
     key: [u8; KEY],
     value_len: u32,
     value: [u8; VALUE],
+    /// The calling role's name, which the minting node checks too.
+    role_len: u32,
+    role: [u8; ROLE],
     outcome: u32,
     count: u32,
     ids: [i64; MAX_IDS],
@@ -188,6 +193,8 @@ pub fn init() {
             key: [0; KEY],
             value_len: 0,
             value: [0; VALUE],
+            role_len: 0,
+            role: [0; ROLE],
             outcome: IDS,
             count: 0,
             ids: [0; MAX_IDS],
@@ -303,6 +310,8 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
     if key.len() > KEY || value.len() > VALUE || n as usize > MAX_IDS || n == 0 {
         IdError::Internal(format!("a request to another node is too large ({} bytes, {n} IDs)", key.len())).raise()
     }
+    // SAFETY: the current role's name, copied at once.
+    let role = unsafe { std::ffi::CStr::from_ptr(pg_sys::GetUserNameFromId(pg_sys::GetUserId(), false)) }.to_string_lossy().into_owned();
     let q = queue();
     let start = Instant::now();
     let unreachable = |why: String| -> ! { IdError::CitusUnreachable { what: what(), node: addr.describe(), function, why }.raise() };
@@ -329,6 +338,7 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
         x.n = n;
         x.key_len = put(&mut x.key, &key);
         x.value_len = put(&mut x.value, value);
+        x.role_len = put(&mut x.role, &role);
         slot.latch.store(&raw mut (*pg_sys::MyProc).procLatch as usize, Ordering::Relaxed);
     }
     slot.ticket.store(q.tickets.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
@@ -361,6 +371,7 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
     drop(held);
     match (outcome, remote) {
         (IDS, _) if ids.len() == n as usize => ids,
+        (IDS, _) if ids.is_empty() => IdError::CitusNoExecute { function, node: addr.describe(), role }.raise(),
         (IDS, _) => IdError::Internal(format!("another node returned {} IDs of {n}", ids.len())).raise(),
         (BUSY, _) => busy(),
         (_, Some(e)) => e.raise(),
@@ -378,6 +389,7 @@ struct Job {
     key: String,
     schema: bool,
     value: String,
+    role: String,
     n: u32,
     tries: u32,
     since: Instant,
@@ -506,6 +518,7 @@ impl Forwarder {
                 key: text(&x.key[..x.key_len as usize]),
                 schema: x.schema,
                 value: text(&x.value[..x.value_len as usize]),
+                role: text(&x.role[..x.role_len as usize]),
                 n: x.n,
                 tries: 0,
                 since: Instant::now(),
@@ -516,7 +529,8 @@ impl Forwarder {
         self.jobs.extend(new.into_iter().map(|(_, j)| j));
     }
 
-    /// Connections and requests past their time.
+    /// Connections and requests past their time. A call that got no answer
+    /// within ANSWER_TIMEOUT fails at once (not sent again, to wait as long).
     fn expire(&mut self) {
         for c in &mut self.conns {
             let (limit, why) = match c.phase {
@@ -525,6 +539,9 @@ impl Forwarder {
                 Phase::Idle => (KEEP, "unused".into()),
             };
             if c.dead.is_none() && c.since.elapsed() > limit {
+                if let Phase::Busy(job) = std::mem::replace(&mut c.phase, Phase::Idle) {
+                    answer(self.q, job.slot, Answer::Failed(Failure::Broken(why.clone())));
+                }
                 c.dead = Some(why);
             }
         }
@@ -560,7 +577,12 @@ impl Forwarder {
             let ahead = waiting.iter().filter(|w| w.key == job.key).count();
             if opening <= ahead {
                 let to_node = self.conns.iter().filter(|c| c.dead.is_none() && c.node == job.node).count();
-                if to_node >= max {
+                // Another key's idle connection gives way only to a key with
+                // none: each key's calls wait for its own connections, so
+                // that calls of two keys (two databases, two hops) do not
+                // make and close a connection each in turn.
+                let has_own = self.conns.iter().any(|c| c.dead.is_none() && c.key == job.key);
+                if to_node >= max && !has_own {
                     if let Some(c) = self.conns.iter_mut().find(|c| c.dead.is_none() && c.node == job.node && matches!(c.phase, Phase::Idle)) {
                         c.dead = Some("another database's or hop's turn".into());
                     }
@@ -606,6 +628,7 @@ impl Forwarder {
             match c.phase {
                 Phase::Busy(mut job) => {
                     job.tries += 1;
+                    job.since = Instant::now();
                     if job.tries >= 2 {
                         answer(self.q, job.slot, Answer::Failed(Failure::Broken(why)));
                     } else {
@@ -732,7 +755,7 @@ impl Forwarder {
 
 /// Sends `job` on idle connection `c`.
 fn send(c: &mut Conn, job: Job) {
-    let params = [job.value.clone(), job.n.to_string()];
+    let params = [job.value.clone(), job.n.to_string(), job.role.clone()];
     let sent = libpq::send_prepared(c.conn, job.schema as usize, &params);
     c.since = Instant::now();
     c.phase = Phase::Busy(job);
