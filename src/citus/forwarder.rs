@@ -539,16 +539,19 @@ impl Forwarder {
                 Phase::Idle => (KEEP, "unused".into()),
             };
             if c.dead.is_none() && c.since.elapsed() > limit {
-                if let Phase::Busy(job) = std::mem::replace(&mut c.phase, Phase::Idle) {
-                    answer(self.q, job.slot, Answer::Failed(Failure::Broken(why.clone())));
+                if matches!(c.phase, Phase::Busy(_)) {
+                    if let Phase::Busy(job) = std::mem::replace(&mut c.phase, Phase::Idle) {
+                        answer(self.q, job.slot, Answer::Failed(Failure::Broken(why.clone())));
+                    }
                 }
                 c.dead = Some(why);
             }
         }
         let (q, conns) = (self.q, &self.conns);
         // A request waits WAIT for a connection, unless one is being made for
-        // it (that ends within CONNECT_TIMEOUT, and answers it if it fails).
-        let opening = |key: &str| conns.iter().any(|c| c.dead.is_none() && c.key == key && matches!(c.phase, Phase::Connecting(_) | Phase::Preparing(_)));
+        // it (that ends within CONNECT_TIMEOUT, and answers it if it fails:
+        // also one that failed just now, which `close_dead` answers).
+        let opening = |key: &str| conns.iter().any(|c| c.key == key && matches!(c.phase, Phase::Connecting(_) | Phase::Preparing(_)));
         self.jobs.retain(|j| {
             if q.slots[j.slot].state.load(Ordering::Acquire) == ABANDONED {
                 q.slots[j.slot].state.store(FREE, Ordering::Release);
