@@ -416,6 +416,29 @@ struct Conn {
     dead: Option<String>,
 }
 
+impl Conn {
+    fn live(&self) -> bool {
+        self.dead.is_none()
+    }
+
+    fn opening(&self) -> bool {
+        matches!(self.phase, Phase::Connecting(_) | Phase::Preparing(_))
+    }
+
+    fn idle(&self) -> bool {
+        matches!(self.phase, Phase::Idle)
+    }
+
+    /// How long its phase may last.
+    fn limit(&self) -> Duration {
+        match self.phase {
+            Phase::Connecting(_) | Phase::Preparing(_) => CONNECT_TIMEOUT,
+            Phase::Busy(_) => ANSWER_TIMEOUT,
+            Phase::Idle => KEEP,
+        }
+    }
+}
+
 struct Forwarder {
     q: &'static Queue,
     jobs: VecDeque<Job>,
@@ -533,12 +556,12 @@ impl Forwarder {
     /// within ANSWER_TIMEOUT fails at once (not sent again, to wait as long).
     fn expire(&mut self) {
         for c in &mut self.conns {
-            let (limit, why) = match c.phase {
-                Phase::Connecting(_) | Phase::Preparing(_) => (CONNECT_TIMEOUT, format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs())),
-                Phase::Busy(_) => (ANSWER_TIMEOUT, format!("no answer within {} s", ANSWER_TIMEOUT.as_secs())),
-                Phase::Idle => (KEEP, "unused".into()),
-            };
-            if c.dead.is_none() && c.since.elapsed() > limit {
+            if c.live() && c.since.elapsed() > c.limit() {
+                let why = match c.phase {
+                    Phase::Busy(_) => format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()),
+                    Phase::Idle => "unused".into(),
+                    _ => format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs()),
+                };
                 if matches!(c.phase, Phase::Busy(_)) {
                     if let Phase::Busy(job) = std::mem::replace(&mut c.phase, Phase::Idle) {
                         answer(self.q, job.slot, Answer::Failed(Failure::Broken(why.clone())));
@@ -551,7 +574,7 @@ impl Forwarder {
         // A request waits WAIT for a connection, unless one is being made for
         // it (that ends within CONNECT_TIMEOUT, and answers it if it fails:
         // also one that failed just now, which `close_dead` answers).
-        let opening = |key: &str| conns.iter().any(|c| c.key == key && matches!(c.phase, Phase::Connecting(_) | Phase::Preparing(_)));
+        let opening = |key: &str| conns.iter().any(|c| c.key == key && c.opening());
         self.jobs.retain(|j| {
             if q.slots[j.slot].state.load(Ordering::Acquire) == ABANDONED {
                 q.slots[j.slot].state.store(FREE, Ordering::Release);
@@ -572,26 +595,25 @@ impl Forwarder {
         let max = MAX_PER_NODE.get().max(1) as usize;
         let mut waiting: Vec<Job> = Vec::new();
         while let Some(job) = self.jobs.pop_front() {
-            if let Some(c) = self.conns.iter_mut().find(|c| c.dead.is_none() && c.key == job.key && matches!(c.phase, Phase::Idle)) {
+            if let Some(c) = self.conns.iter_mut().find(|c| c.live() && c.key == job.key && c.idle()) {
                 send(c, job);
                 continue;
             }
-            let opening = self.conns.iter().filter(|c| c.dead.is_none() && c.key == job.key && matches!(c.phase, Phase::Connecting(_) | Phase::Preparing(_))).count();
+            let opening = self.conns.iter().filter(|c| c.live() && c.key == job.key && c.opening()).count();
             let ahead = waiting.iter().filter(|w| w.key == job.key).count();
             if opening <= ahead {
-                let to_node = self.conns.iter().filter(|c| c.dead.is_none() && c.node == job.node).count();
+                let to_node = |conns: &[Conn]| conns.iter().filter(|c| c.live() && c.node == job.node).count();
                 // Another key's idle connection gives way only to a key with
                 // none: each key's calls wait for its own connections, so
                 // that calls of two keys (two databases, two hops) do not
                 // make and close a connection each in turn.
-                let has_own = self.conns.iter().any(|c| c.dead.is_none() && c.key == job.key);
-                if to_node >= max && !has_own {
-                    if let Some(c) = self.conns.iter_mut().find(|c| c.dead.is_none() && c.node == job.node && matches!(c.phase, Phase::Idle)) {
+                let has_own = self.conns.iter().any(|c| c.live() && c.key == job.key);
+                if to_node(&self.conns) >= max && !has_own {
+                    if let Some(c) = self.conns.iter_mut().find(|c| c.live() && c.node == job.node && c.idle()) {
                         c.dead = Some("another database's or hop's turn".into());
                     }
                 }
-                let to_node = self.conns.iter().filter(|c| c.dead.is_none() && c.node == job.node).count();
-                if to_node < max {
+                if to_node(&self.conns) < max {
                     self.open(&job);
                 }
             }
@@ -600,9 +622,9 @@ impl Forwarder {
         self.jobs = waiting.into();
         // A lowered bound: idle connections over it go.
         for node in self.conns.iter().map(|c| c.node).collect::<Vec<_>>() {
-            let live = self.conns.iter().filter(|c| c.dead.is_none() && c.node == node).count();
+            let live = self.conns.iter().filter(|c| c.live() && c.node == node).count();
             let over = live.saturating_sub(max);
-            self.conns.iter_mut().filter(|c| c.dead.is_none() && c.node == node && matches!(c.phase, Phase::Idle)).take(over).for_each(|c| {
+            self.conns.iter_mut().filter(|c| c.live() && c.node == node && c.idle()).take(over).for_each(|c| {
                 c.dead = Some("over the bound".into());
             });
         }
@@ -673,14 +695,7 @@ impl Forwarder {
         let next = self
             .conns
             .iter()
-            .map(|c| {
-                let limit = match c.phase {
-                    Phase::Connecting(_) | Phase::Preparing(_) => CONNECT_TIMEOUT,
-                    Phase::Busy(_) => ANSWER_TIMEOUT,
-                    Phase::Idle => KEEP,
-                };
-                limit.saturating_sub(c.since.elapsed())
-            })
+            .map(|c| c.limit().saturating_sub(c.since.elapsed()))
             .chain(self.jobs.iter().map(|j| WAIT.saturating_sub(j.since.elapsed())))
             .min()
             .unwrap_or(KEEP)
