@@ -12,7 +12,6 @@
 //!
 //! [`forwarder`]: super::forwarder
 
-use std::cell::RefMut;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::{Duration, Instant};
 
@@ -318,16 +317,12 @@ struct Connection {
 /// The backend's connections, the most recently used last.
 static CONNECTIONS: BackendLocal<Vec<Connection>> = BackendLocal::new(Vec::new());
 
-/// Closes the connections of `all` that `gone` picks.
-fn close_where(mut all: RefMut<'_, Vec<Connection>>, gone: impl Fn(&Connection) -> bool) {
-    let (gone, kept): (Vec<Connection>, _) = std::mem::take(&mut *all).into_iter().partition(gone);
-    *all = kept;
+/// Closes the backend's connection for `info`, if any.
+fn drop_connection(info: &str) {
+    let mut all = CONNECTIONS.borrow_mut();
+    let gone = all.iter().position(|c| c.info == info).map(|i| all.remove(i));
     drop(all);
     gone.into_iter().for_each(|c| finish(c.conn));
-}
-
-fn drop_connection(info: &str) {
-    close_where(CONNECTIONS.borrow_mut(), |c| c.info == info);
 }
 
 /// Closes the connection for `info` unless [`Pending::done`] is called
