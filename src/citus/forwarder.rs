@@ -12,12 +12,14 @@
 //! time, and requests wait in the order they came. So however many sessions
 //! mint through this server, the other node sees at most that many sessions
 //! from it, and no session holds a connection between its calls. Who may
-//! mint was checked here, when the caller called the function.
+//! mint was checked here, when the caller called the function, and is
+//! checked there again by the caller's role name (see `libpq::mint_statement`).
 //!
 //! Every wait is bounded: a request waits at most [`WAIT`] to be sent, a
-//! connection [`CONNECT_TIMEOUT`] to be made and its statements prepared, an
-//! answer [`ANSWER_TIMEOUT`]; a connection that breaks is made again once
-//! for its request. A backend waits at most their sum and a margin, and can
+//! connection [`CONNECT_TIMEOUT`] to be made and its statements prepared
+//! (its failure fails every request waiting for it), an answer
+//! [`ANSWER_TIMEOUT`]; a connection that breaks under a request is made
+//! again once for it. A backend waits at most their sum and a margin, and can
 //! be cancelled at any moment: an answer nobody waits for any more is
 //! dropped (its IDs are skipped, never handed out).
 
