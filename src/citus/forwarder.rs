@@ -605,14 +605,17 @@ impl Forwarder {
             let ahead = waiting.iter().filter(|w| w.key == job.key).count();
             if opening <= ahead {
                 let to_node = |conns: &[Conn]| conns.iter().filter(|c| c.live() && c.node == job.node).count();
-                // Another key's idle connection gives way only to a key with
-                // none: each key's calls wait for its own connections, so
-                // that calls of two keys (two databases, two hops) do not
-                // make and close a connection each in turn.
-                let has_own = self.conns.iter().any(|c| c.live() && c.key == job.key);
-                if to_node(&self.conns) >= max && !has_own {
-                    if let Some(c) = self.conns.iter_mut().find(|c| c.live() && c.node == job.node && c.idle()) {
-                        c.dead = Some("another database's or hop's turn".into());
+                // At the bound, another key's idle connection gives way to a
+                // key with none, or to one holding at least two fewer: the
+                // keys (databases, hops) come to share the node's connections
+                // evenly, and two keys' calls do not make and close a
+                // connection each in turn.
+                if to_node(&self.conns) >= max {
+                    let held = |key: &str| self.conns.iter().filter(|c| c.live() && c.key == key).count();
+                    let mine = held(&job.key);
+                    let victim = self.conns.iter().position(|c| c.live() && c.node == job.node && c.idle() && (mine == 0 || held(&c.key) >= mine + 2));
+                    if let Some(i) = victim {
+                        self.conns[i].dead = Some("another database's or hop's turn".into());
                     }
                 }
                 if to_node(&self.conns) < max {
@@ -698,7 +701,9 @@ impl Forwarder {
             .conns
             .iter()
             .map(|c| c.limit().saturating_sub(c.since.elapsed()))
-            .chain(self.jobs.iter().map(|j| WAIT.saturating_sub(j.since.elapsed())))
+            // A request past WAIT waits on a connection being made, whose own
+            // limit counts.
+            .chain(self.jobs.iter().map(|j| WAIT.saturating_sub(j.since.elapsed())).filter(|d| !d.is_zero()))
             .min()
             .unwrap_or(KEEP)
             .min(Duration::from_secs(1));
