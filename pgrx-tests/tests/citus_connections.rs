@@ -98,7 +98,11 @@ mod citus {
                 .collect();
             let (mut most, mut owners, mut pids) = (0, HashSet::new(), HashSet::new());
             let since = Instant::now();
-            while done.load(Ordering::Relaxed) < 20 && since.elapsed() < Duration::from_secs(90) {
+            // Until every session is done, and once more then (the forwarder
+            // keeps its connections 10 s).
+            let mut last = false;
+            while !last {
+                last = done.load(Ordering::Relaxed) >= 20 || since.elapsed() > Duration::from_secs(90);
                 let rows = cc.query("SELECT usename::text, pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap();
                 most = most.max(rows.len());
                 for r in rows {
@@ -262,10 +266,16 @@ mod citus {
                     })
                 })
                 .collect();
+            // Until every session has minted, and once more then (the
+            // forwarder keeps its connections 10 s: all 20 may mint before
+            // the first look).
             let mut most = 0;
             let since = Instant::now();
-            while have_minted.load(Ordering::Relaxed) < 20 && since.elapsed() < Duration::from_secs(60) {
+            loop {
                 most = most.max(forwarded(&mut cc));
+                if have_minted.load(Ordering::Relaxed) >= 20 || since.elapsed() > Duration::from_secs(60) {
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
             (sessions.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(), most)
@@ -277,7 +287,7 @@ mod citus {
         let before = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
         assert!(ids.iter().all(|id| *id < before), "{before} after {ids:?}");
         drop(w);
-        // The forwarder keeps its connections 60 s unused: end them here.
+        // The forwarder keeps its connections 10 s unused: end them here.
         cluster.coordinator.client().batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'").unwrap();
         eventually(30, "the worker's forwarded sessions ended", || forwarding_sessions(&cluster.coordinator) == 0);
 
