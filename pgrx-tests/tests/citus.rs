@@ -613,7 +613,9 @@ mod citus {
     /// nothing; one granted EXECUTE on the worker only is refused by the
     /// coordinator (42501, saying so). A name longer than a schema's can be
     /// is refused as no schema (3F000), not truncated to another's. An
-    /// ordinary role cannot pose as a forwarded session.
+    /// ordinary role cannot pose as a forwarded session. `next_shard_id` of
+    /// a schema's shard, called on the coordinator, is checked on the holder
+    /// as `next_shard_id`, not as `next_schema_id` (a third review).
     #[test]
     fn who_may_mint_is_checked_where_the_call_is_made_and_where_it_is_minted() {
         let cluster = Cluster::start("citus_nologin", 1, &[]);
@@ -654,6 +656,32 @@ mod citus {
         );
         let e = posing.err().expect("an ordinary role connected as a forwarded session");
         assert_eq!(e.code().map(|c| c.code()), Some("42501"), "{e}");
+        // `next_shard_id` of a schema's shard, called on the coordinator, is
+        // minted on the holder by `next_schema_id`'s statement and checked
+        // there as `next_shard_id`, the function called.
+        c.batch_execute(
+            "SET citus.enable_schema_based_sharding = on;
+             SELECT shard_schema_create('tenant1', 101);
+             CREATE TABLE tenant1.photos (id bigint PRIMARY KEY);
+             RESET citus.enable_schema_based_sharding;",
+        )
+        .unwrap();
+        let mut holder = cluster.workers[0].client();
+        let mut m = cluster.coordinator.client();
+        m.batch_execute("SET ROLE nologin_minter").unwrap();
+        holder.batch_execute("REVOKE EXECUTE ON FUNCTION next_shard_id(integer) FROM nologin_minter").unwrap();
+        let e = m.query_one("SELECT next_shard_id(101)", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!((db.code().code(), db.message()), ("42501", "permission denied for function next_shard_id"));
+        assert!(db.detail().unwrap_or_default().contains("does not grant EXECUTE on next_shard_id to role \"nologin_minter\""), "{:?}", db.detail());
+        holder
+            .batch_execute(
+                "GRANT EXECUTE ON FUNCTION next_shard_id(integer) TO nologin_minter;
+                 REVOKE EXECUTE ON FUNCTION next_schema_id(text) FROM PUBLIC",
+            )
+            .unwrap();
+        let id: i64 = m.query_one("SELECT next_shard_id(101)", &[]).unwrap_or_else(|e| panic!("{}", failure(&e))).get(0);
+        assert_eq!(decode(id).1, 101);
     }
 
     /// Stopped at once and restarted, the coordinator with its clock two

@@ -27,6 +27,40 @@ mod citus {
         forwarded(&mut server.client())
     }
 
+    /// Opens ordinary sessions of role `app` on `server` until it refuses one
+    /// (53300), at most 30; then, once only they are connected, fills what
+    /// sessions that were ending had held.
+    fn fill(server: &Server, ordinary: &mut Vec<Client>) {
+        let refused = (0..30).find_map(|_| match server.try_client_as("postgres", "app") {
+            Ok(c) => {
+                ordinary.push(c);
+                None
+            }
+            Err(e) => Some(e),
+        });
+        let refused = refused.expect("30 ordinary sessions connected");
+        assert_eq!(refused.code().map(|c| c.code()), Some("53300"), "{refused}");
+        for _ in 0..10 {
+            only_ordinary(ordinary);
+            match server.try_client_as("postgres", "app") {
+                Ok(c) => ordinary.push(c),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Waits (at most 30 s) until the only client sessions of the server are `ordinary`.
+    fn only_ordinary(ordinary: &mut [Client]) {
+        let n = ordinary.len();
+        eventually(30, "only the ordinary sessions are connected", || {
+            let connected: i64 = ordinary[0]
+                .query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'", &[])
+                .unwrap()
+                .get(0);
+            connected as usize == n
+        });
+    }
+
     /// Sessions started in the database of `c` so far.
     fn sessions_started(c: &mut Client) -> i64 {
         c.query_one("SELECT sessions FROM pg_stat_database WHERE datname = current_database()", &[]).unwrap().get(0)
@@ -192,6 +226,54 @@ mod citus {
         assert_ne!(restarted, forwarder);
     }
 
+    /// The worker is allowed 1 connection to the coordinator, and the
+    /// coordinator's session serving it is stopped: one call is sent and
+    /// waits for its answer, three more wait in the forwarder, unsent. The
+    /// forwarder, terminated, fails the call it sent (08001: it may have
+    /// been minted there) and sends the three again once started anew: they
+    /// mint, each an ID of its own above every ID before (a third review
+    /// found them failed too).
+    #[test]
+    fn a_forwarder_started_again_sends_what_the_one_before_had_not_sent() {
+        let cluster = Cluster::start("citus_unsent", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
+        let worker = &cluster.workers[0];
+        let mut cc = cluster.coordinator.client();
+        let mut w = worker.client();
+        let first = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        let pid: i32 = cc.query_one("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0);
+        let signal = |sig: &str| {
+            let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
+        };
+        signal("-STOP");
+        let waiting = |w: &mut Client, pids: &[i32]| -> bool {
+            let n: i64 = w
+                .query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1) AND wait_event_type = 'Extension'", &[&pids])
+                .unwrap()
+                .get(0);
+            n == pids.len() as i64
+        };
+        let (sent, unsent) = std::thread::scope(|s| {
+            let mut sessions: Vec<Client> = (0..4).map(|_| worker.client()).collect();
+            let pids: Vec<i32> = sessions.iter_mut().map(|c| c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)).collect();
+            let mut calls = sessions.into_iter().map(|mut c| move || mint(&mut c));
+            let sent = s.spawn(calls.next().unwrap());
+            eventually(30, "the first call waits for its answer", || waiting(&mut w, &pids[..1]));
+            let unsent: Vec<_> = calls.map(|call| s.spawn(call)).collect();
+            eventually(30, "three more calls wait", || waiting(&mut w, &pids));
+            let forwarder: i32 = w.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0);
+            assert!(w.query_one("SELECT pg_terminate_backend($1::int)", &[&forwarder]).unwrap().get::<_, bool>(0));
+            (sent.join().unwrap(), unsent.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>())
+        });
+        signal("-CONT");
+        let e = sent.expect_err("the call sent before the forwarder stopped");
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.detail().unwrap_or_default().contains("the pg_idgen forwarder restarted"), "{:?}", db.detail());
+        let ids: Vec<i64> = unsent.into_iter().map(|r| r.unwrap_or_else(|e| panic!("a call never sent: {}", failure(&e)))).collect();
+        assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3, "{ids:?}");
+        assert!(ids.iter().all(|id| *id > first), "{ids:?} after {first}");
+    }
+
     /// A repartitioned `INSERT ... SELECT` mints shard 8 (the coordinator's)
     /// in its shard queries on the worker, which is allowed 2 connections to
     /// the coordinator; an idle session there minted once. Five statements
@@ -232,8 +314,9 @@ mod citus {
     /// The coordinator allows 19 sessions besides the one slot it keeps for
     /// administrators. Twenty worker sessions each mint in a transaction they
     /// keep open until all have minted: all mint, and the coordinator never
-    /// serves more than 4 forwarded sessions (the default bound). Then
-    /// ordinary roles take all the other slots: a superuser's `next_shard_id(7)` through a
+    /// serves more than 4 forwarded sessions (the default bound). With only
+    /// 2 ordinary slots free, 12 sessions mint 25 IDs each, none failing.
+    /// Then ordinary roles take all the other slots: a superuser's `next_shard_id(7)` through a
     /// worker is refused there (08001 naming the coordinator, its reason the
     /// reserved slots) instead of taking that slot, and an administrator can
     /// still connect. Once one ordinary session leaves, the call mints.
@@ -291,32 +374,40 @@ mod citus {
         cluster.coordinator.client().batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'").unwrap();
         eventually(30, "the worker's forwarded sessions ended", || forwarding_sessions(&cluster.coordinator) == 0);
 
-        // Ordinary sessions until the server refuses one (at most 30).
         let mut ordinary = vec![];
-        let refused = (0..30).find_map(|_| match cluster.coordinator.try_client_as("postgres", "app") {
-            Ok(c) => {
-                ordinary.push(c);
-                None
-            }
-            Err(e) => Some(e),
+        fill(&cluster.coordinator, &mut ordinary);
+
+        // Two ordinary slots free: the forwarder's attempts past them are
+        // refused, and the calls go on over the two connections it has (a
+        // third review saw 38% of them fail with the refusals).
+        ordinary.truncate(ordinary.len() - 2);
+        only_ordinary(&mut ordinary);
+        let failed = AtomicUsize::new(0);
+        let ids: Vec<i64> = std::thread::scope(|s| {
+            let sessions: Vec<_> = (0..12)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut c = worker.client();
+                        (0..25)
+                            .filter_map(|_| {
+                                mint(&mut c)
+                                    .map_err(|e| {
+                                        failed.fetch_add(1, Ordering::Relaxed);
+                                        eprintln!("{}", failure(&e));
+                                    })
+                                    .ok()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            sessions.into_iter().flat_map(|h| h.join().unwrap()).collect()
         });
-        let refused = refused.expect("20 connections allowed 30 ordinary sessions");
-        assert_eq!(refused.code().map(|c| c.code()), Some("53300"), "{refused}");
-        // Sessions of this test that were ending may have held slots: once
-        // only the ordinary ones are left, fill what they freed (at most 10 rounds).
-        for _ in 0..10 {
-            eventually(30, "only the ordinary sessions are connected", || {
-                let n: i64 = ordinary[0]
-                    .query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'", &[])
-                    .unwrap()
-                    .get(0);
-                n as usize == ordinary.len()
-            });
-            match cluster.coordinator.try_client_as("postgres", "app") {
-                Ok(c) => ordinary.push(c),
-                Err(_) => break,
-            }
-        }
+        assert_eq!(failed.load(Ordering::Relaxed), 0, "calls failed with 2 slots free");
+        assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 300, "duplicate IDs");
+        cluster.coordinator.client().batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'").unwrap();
+        eventually(30, "the worker's forwarded sessions ended", || forwarding_sessions(&cluster.coordinator) == 0);
+        fill(&cluster.coordinator, &mut ordinary);
 
         let mut w = cluster.workers[0].client();
         let e = mint(&mut w).unwrap_err();

@@ -17,9 +17,11 @@
 //!
 //! Every wait is bounded: a request waits at most [`WAIT`] to be sent, a
 //! connection [`CONNECT_TIMEOUT`] to be made and its statements prepared
-//! (its failure fails every request waiting for it), an answer
-//! [`ANSWER_TIMEOUT`]; a connection that breaks under a request is made
-//! again once for it. A backend waits at most their sum and a margin, and can
+//! (its failure fails every request waiting for it, unless another
+//! connection can serve them), an answer [`ANSWER_TIMEOUT`]; a connection
+//! that breaks under a request is made again once for it. A forwarder that
+//! exits fails what it sent and had no answer to; the next one sends the
+//! rest. A backend waits at most their sum and a margin, and can
 //! be cancelled at any moment: an answer nobody waits for any more is
 //! dropped (its IDs are skipped, never handed out).
 
@@ -59,6 +61,13 @@ const KEEP: Duration = Duration::from_secs(10);
 /// How long the other node keeps a session of the forwarder's that is not
 /// used (if the forwarder stopped without closing it).
 const IDLE_THERE: Duration = Duration::from_secs(20);
+/// How long a connection is kept for its key before another key (a
+/// database, a hop) may take it at the bound: with more keys than the bound,
+/// connections pass from key to key at most this often, not at every call.
+const TENURE: Duration = Duration::from_secs(1);
+/// How long the forwarder opens no further connection to a node that refused
+/// one, for a key that has a connection there already.
+const BACK_OFF: Duration = Duration::from_secs(1);
 
 /// The most connections to one node (the default is small: they are
 /// shared, and each runs a call in well under a millisecond).
@@ -127,6 +136,9 @@ struct Exchange {
     /// The calling role's name, which the minting node checks too.
     role_len: u32,
     role: [u8; ROLE],
+    /// The function the caller called, which the minting node checks too.
+    checked_len: u32,
+    checked: [u8; VALUE],
     outcome: u32,
     count: u32,
     ids: [i64; MAX_IDS],
@@ -142,6 +154,9 @@ struct Slot {
     ticket: AtomicU64,
     /// The waiting backend's latch (in its PGPROC, in shared memory).
     latch: AtomicUsize,
+    /// Set by the forwarder when it sends the request: a forwarder started
+    /// after one that exited queues again what that one took and never sent.
+    sent: AtomicBool,
     exchange: UnsafeCell<Exchange>,
 }
 
@@ -187,6 +202,7 @@ pub fn init() {
         state: AtomicU32::new(FREE),
         ticket: AtomicU64::new(0),
         latch: AtomicUsize::new(0),
+        sent: AtomicBool::new(false),
         exchange: UnsafeCell::new(Exchange {
             node: 0,
             schema: false,
@@ -197,6 +213,8 @@ pub fn init() {
             value: [0; VALUE],
             role_len: 0,
             role: [0; ROLE],
+            checked_len: 0,
+            checked: [0; VALUE],
             outcome: IDS,
             count: 0,
             ids: [0; MAX_IDS],
@@ -261,11 +279,18 @@ impl Held {
 
 fn give_up(slot: &Slot) {
     let s = &slot.state;
-    if s.compare_exchange(QUEUED, FREE, Ordering::AcqRel, Ordering::Acquire).is_err()
-        && s.compare_exchange(TAKEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_err()
-    {
-        // WRITING or DONE: still this backend's.
-        s.store(FREE, Ordering::Release);
+    // The forwarder moves a slot QUEUED -> TAKEN -> DONE, and a forwarder
+    // starting anew TAKEN -> QUEUED, each at most once: a few tries always do.
+    for _ in 0..8 {
+        let (now, then) = match s.load(Ordering::Acquire) {
+            QUEUED => (QUEUED, FREE),
+            TAKEN => (TAKEN, ABANDONED),
+            // WRITING or DONE: still this backend's.
+            now => (now, FREE),
+        };
+        if s.compare_exchange(now, then, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            return;
+        }
     }
 }
 
@@ -306,10 +331,11 @@ fn wake_forwarder(q: &Queue) {
 
 /// `n` IDs of a logical shard (`schema` false, `value` its number) or of a
 /// schema's, minted by the node at `addr` in the order it minted them,
-/// through the forwarder; raises what went wrong. `what` names the node.
-pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static str, what: &dyn Fn() -> String) -> Vec<i64> {
+/// through the forwarder, for a call of `function` (`checked` its signature
+/// there); raises what went wrong. `what` names the node.
+pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static str, checked: &str, what: &dyn Fn() -> String) -> Vec<i64> {
     let key = [libpq::conninfo(addr, IDLE_THERE), libpq::mint_statement(false), libpq::mint_statement(true)].join("\0");
-    if key.len() > KEY || value.len() > VALUE || n as usize > MAX_IDS || n == 0 {
+    if key.len() > KEY || value.len() > VALUE || checked.len() > VALUE || n as usize > MAX_IDS || n == 0 {
         IdError::Internal(format!("a request to another node is too large ({} bytes, {n} IDs)", key.len())).raise()
     }
     // SAFETY: the current role's name, copied at once.
@@ -341,9 +367,11 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
         x.key_len = put(&mut x.key, &key);
         x.value_len = put(&mut x.value, value);
         x.role_len = put(&mut x.role, &role);
+        x.checked_len = put(&mut x.checked, checked);
         slot.latch.store(&raw mut (*pg_sys::MyProc).procLatch as usize, Ordering::Relaxed);
     }
     slot.ticket.store(q.tickets.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    slot.sent.store(false, Ordering::Relaxed);
     slot.state.store(QUEUED, Ordering::Release);
     wake_forwarder(q);
     // The forwarder answers within WAIT + CONNECT_TIMEOUT + ANSWER_TIMEOUT,
@@ -392,6 +420,7 @@ struct Job {
     schema: bool,
     value: String,
     role: String,
+    checked: String,
     n: u32,
     tries: u32,
     since: Instant,
@@ -414,6 +443,8 @@ struct Conn {
     phase: Phase,
     /// When the phase began.
     since: Instant,
+    /// When it was opened.
+    opened: Instant,
     /// Why it is to be closed.
     dead: Option<String>,
 }
@@ -445,6 +476,8 @@ struct Forwarder {
     q: &'static Queue,
     jobs: VecDeque<Job>,
     conns: Vec<Conn>,
+    /// When each node last refused a connection (or failed it before it was up).
+    refused: Vec<(u64, Instant)>,
 }
 
 /// The forwarder's main loop: started once recovery is over, again 1 s after
@@ -455,8 +488,13 @@ pub extern "C-unwind" fn pg_idgen_forwarder(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi(None, None);
     let q = queue();
-    // What a forwarder before this one took and never answered.
+    // What a forwarder before this one took and never answered: queued
+    // again if it was never sent, failed if it was (the other node may be
+    // what stopped that forwarder).
     for (i, s) in q.slots.iter().enumerate() {
+        if s.state.load(Ordering::Acquire) == TAKEN && !s.sent.load(Ordering::Acquire) && s.state.compare_exchange(TAKEN, QUEUED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            continue;
+        }
         match s.state.load(Ordering::Acquire) {
             TAKEN => answer(q, i, Answer::Failed(Failure::Broken("the pg_idgen forwarder restarted".into()))),
             ABANDONED => s.state.store(FREE, Ordering::Release),
@@ -465,7 +503,7 @@ pub extern "C-unwind" fn pg_idgen_forwarder(_arg: pg_sys::Datum) {
     }
     // SAFETY: this worker's latch, in its PGPROC.
     q.latch.store(unsafe { pg_sys::MyLatch } as usize, Ordering::Release);
-    let mut f = Forwarder { q, jobs: VecDeque::new(), conns: Vec::new() };
+    let mut f = Forwarder { q, jobs: VecDeque::new(), conns: Vec::new(), refused: Vec::new() };
     while !BackgroundWorker::sigterm_received() {
         if BackgroundWorker::sighup_received() {
             // SAFETY: rereads the configuration, as PostgreSQL's own workers do on SIGHUP.
@@ -544,6 +582,7 @@ impl Forwarder {
                 schema: x.schema,
                 value: text(&x.value[..x.value_len as usize]),
                 role: text(&x.role[..x.role_len as usize]),
+                checked: text(&x.checked[..x.checked_len as usize]),
                 n: x.n,
                 tries: 0,
                 since: Instant::now(),
@@ -598,22 +637,29 @@ impl Forwarder {
         let mut waiting: Vec<Job> = Vec::new();
         while let Some(job) = self.jobs.pop_front() {
             if let Some(c) = self.conns.iter_mut().find(|c| c.live() && c.key == job.key && c.idle()) {
+                self.q.slots[job.slot].sent.store(true, Ordering::Release);
                 send(c, job);
                 continue;
             }
             let opening = self.conns.iter().filter(|c| c.live() && c.key == job.key && c.opening()).count();
             let ahead = waiting.iter().filter(|w| w.key == job.key).count();
-            if opening <= ahead {
+            // A node that refused a connection just now (short of slots,
+            // most likely) is not asked for another while this key has one.
+            let backing_off = self.refused.iter().any(|(node, at)| *node == job.node && at.elapsed() < BACK_OFF)
+                && self.conns.iter().any(|c| c.live() && c.key == job.key);
+            if opening <= ahead && !backing_off {
                 let to_node = |conns: &[Conn]| conns.iter().filter(|c| c.live() && c.node == job.node).count();
-                // At the bound, another key's idle connection gives way to a
-                // key with none, or to one holding at least two fewer: the
-                // keys (databases, hops) come to share the node's connections
-                // evenly, and two keys' calls do not make and close a
-                // connection each in turn.
+                // At the bound, another key's idle connection held at least
+                // TENURE gives way to a key with none, or to one holding at
+                // least two fewer: the keys (databases, hops) come to share
+                // the node's connections evenly, and two keys' calls do not
+                // make and close a connection each in turn.
                 if to_node(&self.conns) >= max {
                     let held = |key: &str| self.conns.iter().filter(|c| c.live() && c.key == key).count();
                     let mine = held(&job.key);
-                    let victim = self.conns.iter().position(|c| c.live() && c.node == job.node && c.idle() && (mine == 0 || held(&c.key) >= mine + 2));
+                    let victim = self.conns.iter().position(|c| {
+                        c.live() && c.node == job.node && c.idle() && c.opened.elapsed() >= TENURE && (mine == 0 || held(&c.key) >= mine + 2)
+                    });
                     if let Some(i) = victim {
                         self.conns[i].dead = Some("another database's or hop's turn".into());
                     }
@@ -641,12 +687,15 @@ impl Forwarder {
             Ok(conn) => (conn, None),
             Err(why) => (std::ptr::null_mut(), Some(why)),
         };
-        self.conns.push(Conn { node: job.node, key: job.key.clone(), conn, phase: Phase::Connecting(true), since: Instant::now(), dead });
+        let now = Instant::now();
+        self.conns.push(Conn { node: job.node, key: job.key.clone(), conn, phase: Phase::Connecting(true), since: now, opened: now, dead });
     }
 
     /// Closes the connections marked dead: a request on one is sent again
     /// once, on another; one failing to connect (or to prepare) fails every
-    /// request waiting for its key, with its reason.
+    /// request waiting for its key, with its reason, unless another
+    /// connection of the key is up or was begun before it (which serves
+    /// them, or fails them in turn).
     fn close_dead(&mut self) {
         let (dead, live): (Vec<Conn>, Vec<Conn>) = std::mem::take(&mut self.conns).into_iter().partition(|c| c.dead.is_some());
         self.conns = live;
@@ -666,6 +715,14 @@ impl Forwarder {
                     }
                 }
                 Phase::Connecting(_) | Phase::Preparing(_) => {
+                    self.refused.retain(|(node, _)| *node != c.node);
+                    self.refused.push((c.node, Instant::now()));
+                    // Another connection of the key up, or being made since
+                    // before this one (so it ends sooner, and no chain of
+                    // attempts keeps a call waiting), serves the calls.
+                    if self.conns.iter().any(|o| o.key == c.key && (!o.opening() || o.opened < c.opened)) {
+                        continue;
+                    }
                     let q = self.q;
                     self.jobs.retain(|j| {
                         let failed = j.key == c.key;
@@ -780,7 +837,7 @@ impl Forwarder {
 
 /// Sends `job` on idle connection `c`.
 fn send(c: &mut Conn, job: Job) {
-    let params = [job.value.clone(), job.n.to_string(), job.role.clone()];
+    let params = [job.value.clone(), job.n.to_string(), job.role.clone(), job.checked.clone()];
     let sent = libpq::send_prepared(c.conn, job.schema as usize, &params);
     c.since = Instant::now();
     c.phase = Phase::Busy(job);

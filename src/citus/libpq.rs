@@ -83,22 +83,24 @@ impl Failure {
 }
 
 /// The statements a minting connection prepares, by index: `$2` IDs of
-/// logical shard `$1` (0) or of schema `$1`'s (1), in order, with the
-/// function the caller called, if role `$3` may execute it there too (no
-/// row otherwise: grants are a node's own, Citus does not carry them to
-/// the others).
+/// logical shard `$1` (0) or of schema `$1`'s (1), in order, if role `$3`
+/// may execute function `$4` there too (the one the caller called, by its
+/// signature: `next_shard_id` of a schema's shard is minted by statement 1
+/// but checked as `next_shard_id`); no row otherwise: grants are a node's
+/// own, Citus does not carry them to the others.
 pub fn mint_statement(schema: bool) -> String {
-    let (f, args) = if schema { ("next_schema_id", "text") } else { ("next_shard_id", "integer") };
-    let f = catalog::qualified(f);
-    format!(
-        "SELECT {f}($1) FROM pg_catalog.generate_series(1, $2) \
-          WHERE pg_catalog.has_function_privilege($3, '{}', 'EXECUTE')",
-        format!("{f}({args})").replace('\'', "''")
-    )
+    let f = catalog::qualified(if schema { "next_schema_id" } else { "next_shard_id" });
+    format!("SELECT {f}($1) FROM pg_catalog.generate_series(1, $2) WHERE pg_catalog.has_function_privilege($3, $4, 'EXECUTE')")
+}
+
+/// How the minting node names `function` of `args` to check who may execute it.
+pub fn signature(function: &str, args: &str) -> String {
+    format!("{}({args})", catalog::qualified(function))
 }
 
 const STATEMENT_NAMES: [&CStr; 2] = [c"pg_idgen_shard", c"pg_idgen_schema"];
-const STATEMENT_TYPES: [[pg_sys::Oid; 3]; 2] = [[pg_sys::INT4OID, pg_sys::INT4OID, pg_sys::NAMEOID], [pg_sys::TEXTOID, pg_sys::INT4OID, pg_sys::NAMEOID]];
+const STATEMENT_TYPES: [[pg_sys::Oid; 4]; 2] =
+    [[pg_sys::INT4OID, pg_sys::INT4OID, pg_sys::NAMEOID, pg_sys::TEXTOID], [pg_sys::TEXTOID, pg_sys::INT4OID, pg_sys::NAMEOID, pg_sys::TEXTOID]];
 
 /// How to reach `addr`: as the extension's owner, in this database, one hop
 /// further than this session, the other node ending the session once unused
@@ -182,7 +184,7 @@ pub fn send_prepare(conn: *mut c_void, k: usize, sql: &str) -> Result<(), String
     let sql = CString::new(sql).unwrap_or_default();
     // SAFETY: a live connection with nothing in flight; the arrays outlive the call.
     unsafe {
-        match (l.send_prepare)(conn, STATEMENT_NAMES[k].as_ptr(), sql.as_ptr(), 3, STATEMENT_TYPES[k].as_ptr()) {
+        match (l.send_prepare)(conn, STATEMENT_NAMES[k].as_ptr(), sql.as_ptr(), STATEMENT_TYPES[k].len() as c_int, STATEMENT_TYPES[k].as_ptr()) {
             0 => Err(message((l.error_message)(conn))),
             _ => Ok(()),
         }

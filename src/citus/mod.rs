@@ -104,6 +104,14 @@ impl Call<'_> {
             Call::Schema(schema, _) => Key::Schema(schema.to_string()),
         }
     }
+
+    /// The argument types of the function called, `function`.
+    fn args(&self) -> &'static str {
+        match self {
+            Call::Shard(_) => "integer",
+            Call::Schema(..) => "text",
+        }
+    }
 }
 
 /// What a block holds IDs of, and what another node is asked to mint.
@@ -167,7 +175,7 @@ pub fn mint(call: Call<'_>, function: &'static str, here: impl Fn(Shard) -> Resu
         };
         let outcome = match route {
             Route::Here(shard) => here(shard),
-            Route::Forward(addr, key) => return Some(forward(&addr, key, function)),
+            Route::Forward(addr, key) => return Some(forward(&addr, key, function, call.args())),
         };
         match outcome {
             Ok(id) => return Some(id),
@@ -283,9 +291,10 @@ pub fn refuse_on_worker(function: &'static str) {
     }
 }
 
-/// An ID minted by the node at `addr` for `call`, from this statement's
-/// block of it, fetched anew when it runs out.
-fn forward(addr: &Addr, key: Key, function: &'static str) -> i64 {
+/// An ID minted by the node at `addr` for `key`, from this statement's
+/// block of it, fetched anew when it runs out; `function` of `args` is what
+/// the caller called, which the minting node checks the caller may execute.
+fn forward(addr: &Addr, key: Key, function: &'static str, args: &str) -> i64 {
     crate::mark::check_writable(function);
     // SAFETY: reads the current command's start time and the current role.
     let statement = unsafe { (pg_sys::GetCurrentStatementStartTimestamp(), ANALYZED.load(Ordering::Relaxed), pg_sys::GetUserId()) };
@@ -316,7 +325,7 @@ fn forward(addr: &Addr, key: Key, function: &'static str) -> i64 {
         Key::Shard(_) => "the Citus coordinator".to_string(),
         Key::Schema(_) => format!("the Citus node holding schema \"{value}\""),
     };
-    let mut ids: VecDeque<i64> = forwarder::mint(addr, schema, &value, n, function, &what).into();
+    let mut ids: VecDeque<i64> = forwarder::mint(addr, schema, &value, n, function, &libpq::signature(function, args), &what).into();
     let first = ids.pop_front().unwrap_or_else(|| IdError::Internal("another node returned no ID".into()).raise());
     let shard = crate::core::layout::decompose(first).or_raise().shard;
     let mut blocks = BLOCKS.borrow_mut();
