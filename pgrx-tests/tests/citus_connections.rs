@@ -332,6 +332,42 @@ mod citus {
         assert!(new <= 2 * (secs + 1) + 2 + 6, "{new} sessions started on the coordinator in {secs} s");
     }
 
+    /// A call cancelled on the node called (an administrator's cancel there,
+    /// or that session's statement timeout), not by the caller, fails with
+    /// 08001 saying so, not with 57014, which the caller would take for its
+    /// own cancel (a third review). The connection goes on serving calls.
+    #[test]
+    fn a_cancel_on_the_node_called_is_not_the_callers_cancel() {
+        let cluster = Cluster::start("citus_cancel_there", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
+        let worker = &cluster.workers[0];
+        let mut lock = cluster.coordinator.client();
+        // The forwarder's session reads this table at its first call.
+        lock.batch_execute("BEGIN; LOCK TABLE citus_shard_holders IN ACCESS EXCLUSIVE MODE").unwrap();
+        let mut cc = cluster.coordinator.client();
+        let outcome = std::thread::scope(|s| {
+            let call = s.spawn(|| mint(&mut worker.client()));
+            let mut pid = None;
+            eventually(30, "the forwarder's session waits for the lock", || {
+                pid = cc
+                    .query_opt("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding' AND wait_event_type = 'Lock'", &[])
+                    .unwrap()
+                    .map(|r| r.get::<_, i32>(0));
+                pid.is_some()
+            });
+            assert!(cc.query_one("SELECT pg_cancel_backend($1::int)", &[&pid]).unwrap().get::<_, bool>(0));
+            call.join().unwrap()
+        });
+        lock.batch_execute("ROLLBACK").unwrap();
+        let e = outcome.expect_err("a call cancelled on the coordinator");
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(db.code().code(), "08001", "{}", db.message());
+        assert!(db.message().starts_with("next_shard_id cannot reach the Citus coordinator at "), "{}", db.message());
+        assert_eq!(db.detail(), Some("canceling statement due to user request (on the node called)"));
+        let mut w = worker.client();
+        mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        assert_eq!(forwarding_sessions(&cluster.coordinator), 1, "the connection goes on serving calls");
+    }
+
     /// A repartitioned `INSERT ... SELECT` mints shard 8 (the coordinator's)
     /// in its shard queries on the worker, which is allowed 2 connections to
     /// the coordinator; an idle session there minted once. Five statements

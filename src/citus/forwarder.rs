@@ -814,6 +814,13 @@ impl Forwarder {
                     c.dead = Some(why);
                 }
                 Some(outcome) => {
+                    // A cancel there (an administrator's, or the session's
+                    // statement timeout) is not the caller's own: the call
+                    // failed on the other node, not here.
+                    let outcome = outcome.map_err(|f| match f {
+                        Failure::Remote(e) if e.sqlstate == "57014" => Failure::Broken(format!("{} (on the node called)", e.message)),
+                        f => f,
+                    });
                     let ids = outcome.and_then(|rows| {
                         rows.iter()
                             .map(|r| r.first().cloned().flatten().and_then(|v| v.parse::<i64>().ok()))
