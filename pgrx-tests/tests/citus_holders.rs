@@ -12,7 +12,7 @@ mod citus {
 
     use pg_idgen_e2e::citus::{failure, node_name, while_inserting, Cluster};
     use pg_idgen_e2e::postgres::Client;
-    use pg_idgen_e2e::{decode, sqlstate, Server, PORT};
+    use pg_idgen_e2e::{decode, eventually, sqlstate, Server, PORT};
 
     /// A lead bound past the clocks' distance (30 s): the new holder of a
     /// shard mints above the old one's IDs without waiting for its clock.
@@ -327,6 +327,132 @@ mod citus {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(roles, ["postgres"]);
+    }
+
+    /// `next_shard_id(101)` through the worker that does not hold tenant1 is
+    /// forwarded twice (to the coordinator, which forwards it to the
+    /// holder): the holder checks the calling role's `EXECUTE` too, not the
+    /// owner's, whose session on the coordinator forwards it (a fourth
+    /// review minted so past a `REVOKE` on the holder).
+    #[test]
+    fn a_call_forwarded_twice_is_checked_on_the_holder_for_the_calling_role() {
+        let cluster = cluster_with_tenant("citus_two_hops", 2);
+        let holder = &cluster.workers[0];
+        holder.client().batch_execute("REVOKE EXECUTE ON FUNCTION next_shard_id(integer) FROM PUBLIC").unwrap();
+        let mut b = cluster.workers[1].client_as("postgres", "app");
+        let e = b.query_one("SELECT next_shard_id(101)", &[]).unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!((db.code().code(), db.message()), ("42501", "permission denied for function next_shard_id"));
+        assert!(db.detail().unwrap_or_default().contains("does not grant EXECUTE on next_shard_id to role \"app\""), "{:?}", db.detail());
+        holder.client().batch_execute("GRANT EXECUTE ON FUNCTION next_shard_id(integer) TO app").unwrap();
+        let id: i64 = b.query_one("SELECT next_shard_id(101)", &[]).unwrap_or_else(|e| panic!("{}", failure(&e))).get(0);
+        assert_eq!(decode(id).1, 101);
+        // Set by a client's session, the setting names no one.
+        b.batch_execute("SET pg_idgen.forwarded_for = 'postgres'").unwrap();
+        holder.client().batch_execute("REVOKE EXECUTE ON FUNCTION next_shard_id(integer) FROM app").unwrap();
+        assert_eq!(sqlstate(b.query_one("SELECT next_shard_id(101)", &[])), "42501");
+    }
+
+    /// Stops (SIGSTOP) every process of `server`, until the guard is dropped.
+    fn freeze(server: &Server) -> impl Drop {
+        let postmaster = std::fs::read_to_string(format!("{}/postmaster.pid", server.data())).unwrap().lines().next().unwrap().to_string();
+        let children = std::process::Command::new("pgrep").args(["-P", &postmaster]).output().unwrap().stdout;
+        let mut pids: Vec<String> = String::from_utf8_lossy(&children).split_whitespace().map(str::to_owned).collect();
+        pids.push(postmaster);
+        let signal = |sig: &str, pids: &[String]| {
+            let _ = std::process::Command::new("kill").arg(sig).args(pids).status();
+        };
+        signal("-STOP", &pids);
+        struct Thaw(Vec<String>, fn(&str, &[String]));
+        impl Drop for Thaw {
+            fn drop(&mut self) {
+                (self.1)("-CONT", &self.0);
+            }
+        }
+        Thaw(pids, signal)
+    }
+
+    /// The holder of tenant1 stops answering (every process of it stopped)
+    /// while the other worker's forwarder has a connection to it. A call on
+    /// that connection fails once 30 s pass with no answer (08001); calls
+    /// made after it wait for a connection at most 10 s, and 10 s more while
+    /// one is being made for them, then fail (08001), not later (a
+    /// fourth review saw them wait 30 s, for attempts begun one after
+    /// another beside the stuck connection).
+    #[test]
+    fn calls_to_a_holder_that_stopped_answering_end_within_their_bounds() {
+        let cluster = cluster_with_tenant("citus_frozen", 2);
+        let other = &cluster.workers[1];
+        let mut warm = other.client_as("postgres", "app");
+        warm.query_one("SELECT next_schema_id('tenant1')", &[]).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        let thaw = freeze(&cluster.workers[0]);
+        let call = |delay: u64| {
+            std::thread::sleep(std::time::Duration::from_secs(delay));
+            let mut c = other.client_as("postgres", "app");
+            let t0 = std::time::Instant::now();
+            let r = c.query_one("SELECT next_schema_id('tenant1')", &[]);
+            (sqlstate(r), t0.elapsed())
+        };
+        let (first, later) = std::thread::scope(|s| {
+            let first = s.spawn(|| call(0));
+            let later: Vec<_> = [2, 4].into_iter().map(|d| s.spawn(move || call(d))).collect();
+            (first.join().unwrap(), later.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>())
+        });
+        drop(thaw);
+        assert_eq!(first.0, "08001", "the call on the stuck connection");
+        for (code, took) in later {
+            assert_eq!(code, "08001");
+            assert!(took < std::time::Duration::from_secs(23), "a call waited {took:?}");
+        }
+    }
+
+    /// The holder of tenant1 stops answering while 250 sessions of the other
+    /// worker call `next_schema_id('tenant1')` again and again: they hold at
+    /// most a quarter of that server's 128 request slots, and its calls to
+    /// the coordinator go on, 5 in well under 5 s (a fourth review saw them
+    /// fail with 53300 after 10 s, every slot taken by calls to the stopped
+    /// holder; with 0.8.0 the 5 here took 19.6 s).
+    #[test]
+    fn a_holder_that_stopped_answering_holds_up_only_its_own_calls() {
+        let mut cluster = cluster_with_tenant("citus_frozen_slots", 2);
+        let other = &mut cluster.workers[1];
+        other.append_conf("max_connections = 300");
+        other.restart();
+        let other = &cluster.workers[1];
+        let thaw = freeze(&cluster.workers[0]);
+        let mut w = other.client();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (stuck, minted) = std::thread::scope(|s| {
+            let stuck: Vec<_> = (0..250)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut c = other.client_as("postgres", "app");
+                        let t0 = std::time::Instant::now();
+                        let mut codes = vec![];
+                        while !done.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed() < std::time::Duration::from_secs(120) {
+                            codes.push(sqlstate(c.query_one("SELECT next_schema_id('tenant1')", &[])));
+                        }
+                        codes
+                    })
+                })
+                .collect();
+            // More calls wait than there are slots: without a bound for each
+            // node, all 128 would be taken, and taken again at once (by one
+            // of 250) as calls fail.
+            eventually(60, "129 calls wait", || {
+                let n: i64 = w.query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND usename = 'app'", &[]).unwrap().get(0);
+                n >= 129
+            });
+            let t0 = std::time::Instant::now();
+            let minted: Vec<String> = (0..5).map(|_| sqlstate(w.query_one("SELECT next_shard_id(7)", &[]))).collect();
+            let took = t0.elapsed();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            (stuck.into_iter().flat_map(|h| h.join().unwrap()).collect::<Vec<_>>(), (minted, took))
+        });
+        drop(thaw);
+        assert_eq!(minted.0, ["ok"; 5], "calls to the coordinator");
+        assert!(minted.1 < std::time::Duration::from_secs(5), "5 calls to the coordinator took {:?}", minted.1);
+        assert!(stuck.iter().all(|code| code == "08001" || code == "53300"), "{stuck:?}");
     }
 
     /// One statement on a node that holds neither, taking IDs of shard 101

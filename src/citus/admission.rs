@@ -4,9 +4,10 @@
 //! `reserved_connections`) keeps for administrators, whatever its role: it
 //! is refused as a non-superuser would be.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CString};
 
 use pgrx::prelude::*;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 use crate::errors::IdError;
 
@@ -38,6 +39,35 @@ pub fn register_settings() {
             None,
         );
     }
+    register_forwarded_for();
+}
+
+/// `pg_idgen.forwarded_for`: the role a call forwarded here is made for, set
+/// by the minting statement (see `libpq::mint_statement`) for the length of
+/// its transaction.
+static FORWARDED_FOR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// Defines `pg_idgen.forwarded_for`. Any role may set it; only a forwarded
+/// session (`pg_idgen.forwarded` above 0, which only a superuser can set)
+/// reads it.
+fn register_forwarded_for() {
+    GucRegistry::define_string_guc(
+        c"pg_idgen.forwarded_for",
+        c"The role a call forwarded here from another Citus node is made for.",
+        c"Set by pg_idgen's minting statement in a session another node opened, so that a call it forwards once more is checked for that role; read in no other session.",
+        &FORWARDED_FOR,
+        GucContext::Userset,
+        GucFlags::NO_SHOW_ALL,
+    );
+}
+
+/// The role the call this forwarded session serves is made for; None in a
+/// client's session.
+pub fn forwarded_for() -> Option<String> {
+    if forwarded() == 0 {
+        return None;
+    }
+    FORWARDED_FOR.get().and_then(|role| role.into_string().ok()).filter(|role| !role.is_empty())
 }
 
 /// `pg_idgen.forwarded`: 0 in a client's session, 1 or 2 in a session a

@@ -35,6 +35,7 @@ use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTi
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory, PgAtomic};
 
+use super::admission;
 use super::libpq::{self, Failure, ANSWER_TIMEOUT, CONNECT_TIMEOUT};
 use super::metadata::Addr;
 use crate::backend::BackendLocal;
@@ -42,6 +43,9 @@ use crate::errors::IdError;
 
 /// How many requests can be under way at once, in all the server.
 const SLOTS: usize = 128;
+/// How many of them can be for one node: a node that does not answer holds
+/// at most these, and the calls to the others go on.
+const SLOTS_PER_NODE: usize = SLOTS / 4;
 /// The most bytes of the connection string and the two statements.
 const KEY: usize = 3072;
 /// The most bytes of a schema's name or a shard's number.
@@ -62,8 +66,9 @@ const KEEP: Duration = Duration::from_secs(10);
 /// used (if the forwarder stopped without closing it).
 const IDLE_THERE: Duration = Duration::from_secs(20);
 /// How long a connection is kept for its key before another key (a
-/// database, a hop) may take it at the bound: with more keys than the bound,
-/// connections pass from key to key at most this often, not at every call.
+/// database, a hop) may take it at the bound (or, once used, a request of
+/// another key that waited as long): with more keys than the bound,
+/// connections pass from key to key about this often, not at every call.
 const TENURE: Duration = Duration::from_secs(1);
 /// How long the forwarder opens no further connection to a node that refused
 /// one, for a key that has a connection there already.
@@ -126,7 +131,6 @@ fn put(to: &mut [u8], s: &str) -> u32 {
 /// owns it: the backend while WRITING (and reading the answer once DONE),
 /// the forwarder while TAKEN.
 struct Exchange {
-    node: u64,
     schema: bool,
     n: u32,
     key_len: u32,
@@ -152,6 +156,8 @@ struct Slot {
     state: AtomicU32,
     /// The order requests came in.
     ticket: AtomicU64,
+    /// The node a request is for (see `node_key`), while the slot is not FREE.
+    node: AtomicU64,
     /// The waiting backend's latch (in its PGPROC, in shared memory).
     latch: AtomicUsize,
     /// Set by the forwarder when it sends the request: a forwarder started
@@ -201,10 +207,10 @@ pub fn init() {
     const SLOT: Slot = Slot {
         state: AtomicU32::new(FREE),
         ticket: AtomicU64::new(0),
+        node: AtomicU64::new(0),
         latch: AtomicUsize::new(0),
         sent: AtomicBool::new(false),
         exchange: UnsafeCell::new(Exchange {
-            node: 0,
             schema: false,
             n: 0,
             key_len: 0,
@@ -338,8 +344,11 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
     if key.len() > KEY || value.len() > VALUE || checked.len() > VALUE || n as usize > MAX_IDS || n == 0 {
         IdError::Internal(format!("a request to another node is too large ({} bytes, {n} IDs)", key.len())).raise()
     }
+    // The role the call is made for: the current one, or in a session another
+    // node opened, the one that node named.
     // SAFETY: the current role's name, copied at once.
-    let role = unsafe { std::ffi::CStr::from_ptr(pg_sys::GetUserNameFromId(pg_sys::GetUserId(), false)) }.to_string_lossy().into_owned();
+    let role = admission::forwarded_for()
+        .unwrap_or_else(|| unsafe { std::ffi::CStr::from_ptr(pg_sys::GetUserNameFromId(pg_sys::GetUserId(), false)) }.to_string_lossy().into_owned());
     let q = queue();
     let start = Instant::now();
     let unreachable = |why: String| -> ! { IdError::CitusUnreachable { what: what(), node: addr.describe(), function, why }.raise() };
@@ -347,9 +356,14 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
         let limit = MAX_PER_NODE.get().max(1) as u32;
         IdError::CitusTooManyConnections { node: addr.describe(), function, limit, waited_s: WAIT.as_secs() }.raise()
     };
-    // A free slot, waiting for one at most WAIT.
+    // A free slot, waiting for one at most WAIT, while this node's requests
+    // hold fewer than SLOTS_PER_NODE (two backends may both take the last).
+    let node = node_key(addr);
     let held = loop {
-        if let Some(s) = q.slots.iter().find(|s| s.state.compare_exchange(FREE, WRITING, Ordering::AcqRel, Ordering::Relaxed).is_ok()) {
+        let for_node = q.slots.iter().filter(|s| s.state.load(Ordering::Acquire) != FREE && s.node.load(Ordering::Relaxed) == node).count();
+        let free = || q.slots.iter().find(|s| s.state.compare_exchange(FREE, WRITING, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        if let Some(s) = (for_node < SLOTS_PER_NODE).then(free).flatten() {
+            s.node.store(node, Ordering::Relaxed);
             break Held::new(s);
         }
         if start.elapsed() > WAIT {
@@ -361,7 +375,6 @@ pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static s
     // SAFETY: the slot is WRITING, so this backend alone touches its exchange.
     unsafe {
         let x = &mut *slot.exchange.get();
-        x.node = node_key(addr);
         x.schema = schema;
         x.n = n;
         x.key_len = put(&mut x.key, &key);
@@ -445,6 +458,8 @@ struct Conn {
     since: Instant,
     /// When it was opened.
     opened: Instant,
+    /// Whether a request was sent on it.
+    used: bool,
     /// Why it is to be closed.
     dead: Option<String>,
 }
@@ -577,7 +592,7 @@ impl Forwarder {
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
             let job = Job {
                 slot: i,
-                node: x.node,
+                node: s.node.load(Ordering::Relaxed),
                 key: text(&x.key[..x.key_len as usize]),
                 schema: x.schema,
                 value: text(&x.value[..x.value_len as usize]),
@@ -614,11 +629,17 @@ impl Forwarder {
         let (q, conns) = (self.q, &self.conns);
         // A request waits WAIT for a connection, unless one is being made for
         // it (that ends within CONNECT_TIMEOUT, and answers it if it fails:
-        // also one that failed just now, which `close_dead` answers).
+        // also one that failed just now, which `close_dead` answers); never
+        // longer than both (attempts that fail beside a connection that is
+        // up, but stuck, answer no one).
         let opening = |key: &str| conns.iter().any(|c| c.key == key && c.opening());
         self.jobs.retain(|j| {
             if q.slots[j.slot].state.load(Ordering::Acquire) == ABANDONED {
                 q.slots[j.slot].state.store(FREE, Ordering::Release);
+                false
+            } else if j.since.elapsed() > WAIT + CONNECT_TIMEOUT {
+                let why = format!("no connection to it was made within {} s", (WAIT + CONNECT_TIMEOUT).as_secs());
+                answer(q, j.slot, Answer::Failed(Failure::Broken(why)));
                 false
             } else if j.since.elapsed() > WAIT && !opening(&j.key) {
                 answer(q, j.slot, Answer::Busy);
@@ -649,16 +670,20 @@ impl Forwarder {
                 && self.conns.iter().any(|c| c.live() && c.key == job.key);
             if opening <= ahead && !backing_off {
                 let to_node = |conns: &[Conn]| conns.iter().filter(|c| c.live() && c.node == job.node).count();
-                // At the bound, another key's idle connection held at least
-                // TENURE gives way to a key with none, or to one holding at
-                // least two fewer: the keys (databases, hops) come to share
-                // the node's connections evenly, and two keys' calls do not
-                // make and close a connection each in turn.
+                // At the bound, another key's idle connection gives way to a
+                // key with none, or to one holding at least two fewer: the
+                // keys (databases, hops) come to share the node's connections
+                // evenly. Once held TENURE, or once used if this request
+                // waited TENURE: connections pass between keys about once a
+                // second, not at every call, and as often as it takes for
+                // no key to wait past WAIT when there are many.
                 if to_node(&self.conns) >= max {
                     let held = |key: &str| self.conns.iter().filter(|c| c.live() && c.key == key).count();
                     let mine = held(&job.key);
+                    let waited = job.since.elapsed() >= TENURE;
                     let victim = self.conns.iter().position(|c| {
-                        c.live() && c.node == job.node && c.idle() && c.opened.elapsed() >= TENURE && (mine == 0 || held(&c.key) >= mine + 2)
+                        let due = c.opened.elapsed() >= TENURE || c.used && waited;
+                        c.live() && c.node == job.node && c.idle() && due && (mine == 0 || held(&c.key) >= mine + 2)
                     });
                     if let Some(i) = victim {
                         self.conns[i].dead = Some("another database's or hop's turn".into());
@@ -688,7 +713,7 @@ impl Forwarder {
             Err(why) => (std::ptr::null_mut(), Some(why)),
         };
         let now = Instant::now();
-        self.conns.push(Conn { node: job.node, key: job.key.clone(), conn, phase: Phase::Connecting(true), since: now, opened: now, dead });
+        self.conns.push(Conn { node: job.node, key: job.key.clone(), conn, phase: Phase::Connecting(true), since: now, opened: now, used: false, dead });
     }
 
     /// Closes the connections marked dead: a request on one is sent again
@@ -847,6 +872,7 @@ fn send(c: &mut Conn, job: Job) {
     let params = [job.value.clone(), job.n.to_string(), job.role.clone(), job.checked.clone()];
     let sent = libpq::send_prepared(c.conn, job.schema as usize, &params);
     c.since = Instant::now();
+    c.used = true;
     c.phase = Phase::Busy(job);
     if let Err(why) = sent {
         c.dead = Some(why);

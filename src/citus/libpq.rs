@@ -87,10 +87,16 @@ impl Failure {
 /// may execute function `$4` there too (the one the caller called, by its
 /// signature: `next_shard_id` of a schema's shard is minted by statement 1
 /// but checked as `next_shard_id`); no row otherwise: grants are a node's
-/// own, Citus does not carry them to the others.
+/// own, Citus does not carry them to the others. The role is named in
+/// `pg_idgen.forwarded_for` too, for a call forwarded once more from there
+/// (see `admission::forwarded_for`).
 pub fn mint_statement(schema: bool) -> String {
     let f = catalog::qualified(if schema { "next_schema_id" } else { "next_shard_id" });
-    format!("SELECT {f}($1) FROM pg_catalog.generate_series(1, $2) WHERE pg_catalog.has_function_privilege($3, $4, 'EXECUTE')")
+    format!(
+        "SELECT {f}($1) FROM pg_catalog.generate_series(1, $2) \
+          WHERE pg_catalog.has_function_privilege($3, $4, 'EXECUTE') \
+            AND pg_catalog.set_config('pg_idgen.forwarded_for', $3, true) IS NOT NULL"
+    )
 }
 
 /// How the minting node names `function` of `args` to check who may execute it.
