@@ -526,6 +526,9 @@ pub extern "C-unwind" fn pg_idgen_forwarder(_arg: pg_sys::Datum) {
         }
         f.take();
         f.expire();
+        // Before any new attempt: one that failed fails the calls waiting
+        // for it unless a connection there before it ended can serve them.
+        f.close_dead();
         f.dispatch();
         f.close_dead();
         f.wait();
@@ -719,8 +722,8 @@ impl Forwarder {
     /// Closes the connections marked dead: a request on one is sent again
     /// once, on another; one failing to connect (or to prepare) fails every
     /// request waiting for its key, with its reason, unless another
-    /// connection of the key is up or was begun before it (which serves
-    /// them, or fails them in turn).
+    /// connection of the key is up or being made (which serves them, or
+    /// fails them in turn).
     fn close_dead(&mut self) {
         let (dead, live): (Vec<Conn>, Vec<Conn>) = std::mem::take(&mut self.conns).into_iter().partition(|c| c.dead.is_some());
         self.conns = live;
@@ -742,10 +745,10 @@ impl Forwarder {
                 Phase::Connecting(_) | Phase::Preparing(_) => {
                     self.refused.retain(|(node, _)| *node != c.node);
                     self.refused.push((c.node, Instant::now()));
-                    // Another connection of the key up, or being made since
-                    // before this one (so it ends sooner, and no chain of
-                    // attempts keeps a call waiting), serves the calls.
-                    if self.conns.iter().any(|o| o.key == c.key && (!o.opening() || o.opened < c.opened)) {
+                    // Another connection of the key, up or being made, serves
+                    // the calls (attempts that follow one another keep a call
+                    // at most WAIT + CONNECT_TIMEOUT: see `expire`).
+                    if self.conns.iter().any(|o| o.key == c.key) {
                         continue;
                     }
                     let q = self.q;

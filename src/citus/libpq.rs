@@ -89,13 +89,14 @@ impl Failure {
 /// but checked as `next_shard_id`); no row otherwise: grants are a node's
 /// own, Citus does not carry them to the others. The role is named in
 /// `pg_idgen.forwarded_for` too, for a call forwarded once more from there
-/// (see `admission::forwarded_for`).
+/// (see `admission::forwarded_for`). Both are checked once, before the
+/// first ID is minted (a sub-select is run once: not once for each row).
 pub fn mint_statement(schema: bool) -> String {
     let f = catalog::qualified(if schema { "next_schema_id" } else { "next_shard_id" });
     format!(
         "SELECT {f}($1) FROM pg_catalog.generate_series(1, $2) \
           WHERE pg_catalog.has_function_privilege($3, $4, 'EXECUTE') \
-            AND pg_catalog.set_config('pg_idgen.forwarded_for', $3, true) IS NOT NULL"
+            AND (SELECT pg_catalog.set_config('pg_idgen.forwarded_for', $3, true)) IS NOT NULL"
     )
 }
 
