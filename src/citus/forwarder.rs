@@ -671,7 +671,11 @@ impl Forwarder {
             // most likely) is not asked for another while this key has one.
             let backing_off = self.refused.iter().any(|(node, at)| *node == job.node && at.elapsed() < BACK_OFF)
                 && self.conns.iter().any(|c| c.live() && c.key == job.key);
-            if opening <= ahead && !backing_off {
+            // With none up, one attempt at a time: attempts made at once
+            // take one another's slots there, and all can be refused where
+            // one would have been let in.
+            let up = self.conns.iter().any(|c| c.live() && c.key == job.key && !c.opening());
+            if (opening == 0 || up && opening <= ahead) && !backing_off {
                 let to_node = |conns: &[Conn]| conns.iter().filter(|c| c.live() && c.node == job.node).count();
                 // At the bound, another key's idle connection gives way to a
                 // key with none, or to one holding at least two fewer: the
