@@ -171,6 +171,26 @@ mod citus {
         });
     }
 
+    /// A cluster of one worker allowed 1 connection to the coordinator, the
+    /// first ID minted through it, and a signaller of the coordinator's
+    /// session serving that connection, which is stopped (SIGSTOP).
+    fn one_connection_stopped(name: &str) -> (Cluster, i64, impl Fn(&str)) {
+        let cluster = Cluster::start(name, 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
+        let first = mint(&mut cluster.workers[0].client()).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        let mut cc = cluster.coordinator.client();
+        let pid: i32 = cc.query_one("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0);
+        let signal = move |sig: &str| {
+            let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
+        };
+        signal("-STOP");
+        (cluster, first, signal)
+    }
+
+    /// The process ID of the forwarder of the server of `c`.
+    fn forwarder_pid(c: &mut Client) -> i32 {
+        c.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0)
+    }
+
     /// The worker is allowed 1 connection to the coordinator, and the
     /// coordinator's session serving it is stopped (SIGSTOP): a call sent on
     /// it waits for its answer; another waits its turn and gives up after
@@ -179,16 +199,9 @@ mod citus {
     /// forwarder, terminated, is started again, and minting goes on.
     #[test]
     fn a_call_waits_its_turn_at_most_10_s_and_can_be_cancelled() {
-        let cluster = Cluster::start("citus_pool_wait", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
+        let (cluster, first, signal) = one_connection_stopped("citus_pool_wait");
         let worker = &cluster.workers[0];
-        let mut cc = cluster.coordinator.client();
         let mut w = worker.client();
-        let first = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
-        let pid: i32 = cc.query_one("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0);
-        let signal = |sig: &str| {
-            let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
-        };
-        signal("-STOP");
         let (stuck, refused, waited) = std::thread::scope(|s| {
             let mut a = worker.client();
             let a_pid: i32 = a.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
@@ -214,7 +227,7 @@ mod citus {
         let after = mint(&mut w).unwrap_or_else(|e| panic!("once the coordinator's session goes on: {}", failure(&e)));
         assert!(after > first, "{after} after {first}");
 
-        let forwarder: i32 = w.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0);
+        let forwarder = forwarder_pid(&mut w);
         assert!(w.query_one("SELECT pg_terminate_backend($1::int)", &[&forwarder]).unwrap().get::<_, bool>(0));
         let mut again = None;
         eventually(30, "a forwarder mints again", || {
@@ -222,7 +235,7 @@ mod citus {
             again.is_some()
         });
         assert!(again.unwrap() > after);
-        let restarted: i32 = w.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0);
+        let restarted = forwarder_pid(&mut w);
         assert_ne!(restarted, forwarder);
     }
 
@@ -235,16 +248,9 @@ mod citus {
     /// found them failed too).
     #[test]
     fn a_forwarder_started_again_sends_what_the_one_before_had_not_sent() {
-        let cluster = Cluster::start("citus_unsent", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
+        let (cluster, first, signal) = one_connection_stopped("citus_unsent");
         let worker = &cluster.workers[0];
-        let mut cc = cluster.coordinator.client();
         let mut w = worker.client();
-        let first = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
-        let pid: i32 = cc.query_one("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0);
-        let signal = |sig: &str| {
-            let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
-        };
-        signal("-STOP");
         let waiting = |w: &mut Client, pids: &[i32]| -> bool {
             let n: i64 = w
                 .query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1) AND wait_event_type = 'Extension'", &[&pids])
@@ -260,7 +266,7 @@ mod citus {
             eventually(30, "the first call waits for its answer", || waiting(&mut w, &pids[..1]));
             let unsent: Vec<_> = calls.map(|call| s.spawn(call)).collect();
             eventually(30, "three more calls wait", || waiting(&mut w, &pids));
-            let forwarder: i32 = w.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0);
+            let forwarder = forwarder_pid(&mut w);
             assert!(w.query_one("SELECT pg_terminate_backend($1::int)", &[&forwarder]).unwrap().get::<_, bool>(0));
             (sent.join().unwrap(), unsent.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>())
         });
