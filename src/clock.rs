@@ -42,3 +42,15 @@ pub fn sleep_ms(ms: i64) {
 pub fn timestamptz(us: i64) -> TimestampWithTimeZone {
     TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
 }
+
+/// Nanoseconds of CLOCK_BOOTTIME: never steps with the wall clock, and
+/// counts time the machine spends suspended, as a lease store's clock on
+/// another machine does. The same clock in every process, so that a
+/// deadline one process sets in shared memory holds for all (see `lease`).
+#[inline]
+pub fn boottime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes only `ts`; CLOCK_BOOTTIME exists on every Linux PostgreSQL runs on.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}

@@ -19,6 +19,46 @@ pub enum LoaderState {
     Loaded = 3,
 }
 
+/// Why a shard holds no lease, as the lease keeper (see `lease`) last saw it.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LeaseWhy {
+    /// Not among the shards this server asks for.
+    NotAsked = 0,
+    /// Asked for; the keeper has not been answered yet.
+    Asking = 1,
+    /// Held (once its validity has run out: not renewed in time).
+    Held = 2,
+    /// Another server holds its lease.
+    HeldElsewhere = 3,
+    /// The store cannot be reached.
+    Unreachable = 4,
+    /// The store let the lease expire (the server was paused or cut off).
+    Lost = 5,
+    /// Given back: the keeper stopped.
+    Released = 6,
+}
+
+impl LeaseWhy {
+    pub fn from_u32(v: u32) -> LeaseWhy {
+        use LeaseWhy::*;
+        [NotAsked, Asking, Held, HeldElsewhere, Unreachable, Lost, Released].into_iter().find(|w| *w as u32 == v).unwrap_or(NotAsked)
+    }
+
+    /// The state as `shard_leases()` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LeaseWhy::NotAsked => "not asked",
+            LeaseWhy::Asking => "asking",
+            LeaseWhy::Held => "held",
+            LeaseWhy::HeldElsewhere => "held elsewhere",
+            LeaseWhy::Unreachable => "store unreachable",
+            LeaseWhy::Lost => "lost",
+            LeaseWhy::Released => "released",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IdError {
     ShardOutOfRange(i32),
@@ -55,6 +95,12 @@ pub enum IdError {
     /// Minting in a read-only transaction (or on a hot standby).
     ReadOnly(&'static str),
     InvalidEpoch(String),
+    /// A server setting whose value cannot be used (refused at server start).
+    InvalidSetting { name: &'static str, why: String },
+    /// With a lease store configured, a shard this server holds no valid lease on.
+    LeaseNotHeld { shard: i32, why: LeaseWhy, store: String },
+    /// The next ID of a leased shard would pass the mark filed in the store.
+    PastLeaseMark(Option<i32>),
     /// A layout name `id_decode(id, layout)` does not know.
     UnknownLayout(String),
     /// The current user may not change a table of ours.
@@ -138,6 +184,7 @@ impl From<CoreError> for IdError {
             CoreError::ClockOutOfRange => IdError::ClockOutOfRange,
             CoreError::ClockBehind { shard, ahead_ms, max_lead_ms } => IdError::ClockBehind { shard, ahead_ms, max_lead_ms },
             CoreError::ShardReleased(s) => IdError::ShardReleased(s),
+            CoreError::PastLeaseMark(s) => IdError::PastLeaseMark(s),
             CoreError::Internal(m) => IdError::Internal(m),
         }
     }
@@ -159,7 +206,8 @@ impl IdError {
             ShardRangeInvalid { .. } | ForeignId { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardsOverlap { .. } => ERRCODE_UNIQUE_VIOLATION,
             ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
-            InvalidEpoch(_) | PublicKeyInvalid => ERRCODE_INVALID_PARAMETER_VALUE,
+            InvalidEpoch(_) | PublicKeyInvalid | InvalidSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            LeaseNotHeld { .. } | PastLeaseMark(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
             UnknownLayout(_) | AdoptAhead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             NotFleetDatabase(_) | OwnershipNotLoaded { .. } | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -289,6 +337,30 @@ impl IdError {
                 format!("invalid value for parameter \"pg_idgen.epoch\": \"{v}\""),
                 None,
                 Some("Use a UTC date and time such as '2026-01-01 00:00:00+00'.".into()),
+            ),
+            InvalidSetting { name, why } => (format!("invalid value for parameter \"{name}\": {why}"), None, None),
+            LeaseNotHeld { shard, why, store } => (
+                format!("shard {shard} has no lease from the lease store"),
+                Some(match why {
+                    LeaseWhy::NotAsked => format!(
+                        "With pg_idgen.lease_store set, this server mints only the shards it holds leases on, and it does not ask for shard {shard} (pg_idgen.lease_shards, pg_idgen.lease_auto_shards)."
+                    ),
+                    LeaseWhy::Asking => format!("The lease keeper has asked the store at {store} for it and has no answer yet."),
+                    LeaseWhy::Held => format!("Its lease was not renewed in time (the store at {store} did not answer); minting resumes once it is."),
+                    LeaseWhy::HeldElsewhere => "Another server holds its lease; this server takes it once that lease is given back or runs out.".into(),
+                    LeaseWhy::Unreachable => format!("The lease store at {store} cannot be reached; minting resumes once the lease is granted or renewed."),
+                    LeaseWhy::Lost => format!("The store at {store} let its lease run out (this server was paused or cut off past the TTL); the keeper asks for it again."),
+                    LeaseWhy::Released => "This server gave its lease back.".into(),
+                }),
+                Some("SELECT * FROM shard_leases() shows the leases this server holds; its log says what the lease keeper does.".into()),
+            ),
+            PastLeaseMark(s) => (
+                match s {
+                    Some(s) => format!("the next ID of shard {s} would pass the mark filed with its lease"),
+                    None => "the next ID would pass the mark filed with its lease".into(),
+                },
+                Some("No ID minted under a lease passes the mark the server filed in the lease store; the mark moves on at each renewal (the clock may have stepped forward).".into()),
+                Some("Retry in a few seconds.".into()),
             ),
             UnknownLayout(name) => (
                 format!("unknown ID layout \"{name}\""),

@@ -9,7 +9,7 @@ use crate::errors::OrRaise;
 use crate::mark::{self, DbReservation};
 use crate::clock::{self, timestamptz};
 use crate::citus::{self, Call};
-use crate::{epoch, fleet, settings, shared};
+use crate::{epoch, fleet, lease, settings, shared};
 
 /// The clock as a generator tick: epoch milliseconds, counter 0.
 #[inline]
@@ -38,14 +38,21 @@ pub fn try_mint(shard: Shard, function: &'static str) -> Result<i64, CoreError> 
     let epoch_ms = epoch::for_minting();
     let reservation = DbReservation::loaded(epoch_ms);
     let lead = settings::max_clock_lead_ms();
-    let minted = generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms)
-        .map_err(|e| match e {
-            CoreError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
-                CoreError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
-            }
-            CoreError::ShardReleased(None) => CoreError::ShardReleased(Some(shard.index() as i32)),
-            e => e,
-        })?;
+    let minted = match lease::check(shard).or_raise() {
+        None => generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms),
+        Some(mark_ms) => {
+            let capped = lease::Capped { inner: &reservation, cap_ms: mark_ms - epoch_ms };
+            generator::mint(&slot.last, ID_TICKS, lead, &capped, || now_tick(epoch_ms), clock::sleep_ms)
+        }
+    }
+    .map_err(|e| match e {
+        CoreError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
+            CoreError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
+        }
+        CoreError::ShardReleased(None) => CoreError::ShardReleased(Some(shard.index() as i32)),
+        CoreError::PastLeaseMark(None) => CoreError::PastLeaseMark(Some(shard.index() as i32)),
+        e => e,
+    })?;
     slot.record(&minted, ID_TICKS, settings::track_status());
     Ok(layout::from_tick(minted.tick, shard))
 }

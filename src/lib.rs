@@ -6,7 +6,8 @@
 //! moves), `public` (text forms), `schemes` (foreign layouts, ULID, KSUID,
 //! ObjectID), `status`. Behind them: `mark` (the persisted high-water mark),
 //! `epoch` (the epoch each database records), `fleet` (the server's shard
-//! ownership, in shared memory), `planner` (time filters as key ranges),
+//! ownership, in shared memory), `lease` (shards leased from a store,
+//! etcd, so that no two running servers mint one), `planner` (time filters as key ranges),
 //! `catalog` (the one door to the catalog), `citus` (on a Citus cluster,
 //! the node holding a shard's data mints it; others forward to it),
 //! `shared` (shared memory), `settings` (GUCs), `backend`, `clock`,
@@ -23,6 +24,7 @@ mod epoch;
 mod errors;
 mod fleet;
 mod ids;
+mod lease;
 mod mark;
 mod ownership;
 mod planner;
@@ -56,6 +58,8 @@ pub extern "C-unwind" fn _PG_init() {
         mark::init();
         planner::init();
         fleet::register_loader();
+        lease::init();
+        lease::register();
         citus::init();
     }
 }

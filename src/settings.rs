@@ -6,7 +6,7 @@ use once_cell::sync::OnceCell;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 use crate::errors::{IdError, OrRaise};
-use crate::core::layout::parse_epoch;
+use crate::core::layout::{parse_epoch, MAX_SHARD};
 
 const EPOCH_NAME: &CStr = c"pg_idgen.epoch";
 /// The default epoch. IDs can carry times from it until 2060-11-03.
@@ -19,6 +19,11 @@ static PUBLIC_ID_KEY: GucSetting<Option<CString>> = GucSetting::<Option<CString>
 static FLEET_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
 /// How many databases keep a shared reservation of the high-water mark.
 static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(1000);
+static LEASE_STORE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static LEASE_PREFIX: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"/pg_idgen/"));
+static LEASE_SHARDS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static LEASE_AUTO_SHARDS: GucSetting<i32> = GucSetting::<i32>::new(0);
+static LEASE_TTL: GucSetting<i32> = GucSetting::<i32>::new(10);
 static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 static TRACK_STATUS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -69,6 +74,7 @@ pub fn register(preloading: bool) {
             GucContext::Postmaster,
             GucFlags::default(),
         );
+        register_leases();
     }
     GucRegistry::define_int_guc(
         c"pg_idgen.max_clock_lead_ms",
@@ -106,6 +112,94 @@ pub fn register(preloading: bool) {
         GucContext::Suset,
         GucFlags::SUPERUSER_ONLY,
     );
+}
+
+/// The lease settings (see `lease`), fixed at server start; a list of
+/// shards that cannot be read stops the server from starting.
+fn register_leases() {
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_store",
+        c"The lease store (etcd v3, http://host:port, comma-separated) that grants this server its shards.",
+        c"Empty: no leases, every shard not released mints. Set: a shard mints only under a lease this server holds.",
+        &LEASE_STORE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_prefix",
+        c"The prefix of pg_idgen's keys in the lease store.",
+        c"Servers that share shards share the prefix; fleets with separate ID spaces use different ones.",
+        &LEASE_PREFIX,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_shards",
+        c"The shards this server asks the lease store for (numbers and ranges, such as 0-99,200).",
+        c"Each is minted only while its lease is held; one held by another server waits until it is free.",
+        &LEASE_SHARDS,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.lease_auto_shards",
+        c"How many free shards this server asks the lease store for, besides pg_idgen.lease_shards.",
+        c"The lowest free shards, those it held before a restart first; shard_leases() shows which.",
+        &LEASE_AUTO_SHARDS,
+        0,
+        MAX_SHARD + 1,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.lease_ttl",
+        c"The time to live of this server's lease in the lease store.",
+        c"Renewed three times per TTL; minting stops a margin (a fifth of it, at least 1 s) before the lease can run out.",
+        &LEASE_TTL,
+        2,
+        3600,
+        GucContext::Postmaster,
+        GucFlags::UNIT_S,
+    );
+    if let Err(e) = lease_shards() {
+        IdError::InvalidSetting { name: "pg_idgen.lease_shards", why: e }.raise()
+    }
+    if let Some(store) = lease_store() {
+        if let Err(e) = crate::lease::etcd::Store::parse(&store) {
+            IdError::InvalidSetting { name: "pg_idgen.lease_store", why: e }.raise()
+        }
+    }
+}
+
+fn text(setting: &GucSetting<Option<CString>>) -> Option<String> {
+    setting.get().map(|s| s.to_string_lossy().trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// `pg_idgen.lease_store`, when set (and the library preloaded).
+pub fn lease_store() -> Option<String> {
+    if !is_preloaded() {
+        return None;
+    }
+    text(&LEASE_STORE)
+}
+
+/// `pg_idgen.lease_prefix`.
+pub fn lease_prefix() -> String {
+    text(&LEASE_PREFIX).unwrap_or_else(|| "/pg_idgen/".into())
+}
+
+/// `pg_idgen.lease_shards`, read.
+pub fn lease_shards() -> Result<Vec<u16>, String> {
+    crate::core::lease::parse_shards(&text(&LEASE_SHARDS).unwrap_or_default())
+}
+
+pub fn lease_auto_shards() -> usize {
+    LEASE_AUTO_SHARDS.get().max(0) as usize
+}
+
+/// `pg_idgen.lease_ttl`, in seconds.
+pub fn lease_ttl_s() -> i64 {
+    i64::from(LEASE_TTL.get().max(2))
 }
 
 /// The server's epoch as Unix milliseconds, read once per process: the

@@ -124,6 +124,21 @@ pub struct FleetState {
     pub released: [AtomicU64; SHARD_WORDS],
 }
 
+/// Shard leases from a lease store (see `lease`): what the keeper
+/// publishes and every mint reads.
+pub struct LeaseState {
+    /// A lease store is configured: every shard mints only under a lease.
+    pub enabled: bool,
+    /// Per shard: the monotonic time (CLOCK_BOOTTIME, ns) until which it
+    /// may mint; 0 when it holds no lease.
+    pub valid_until_ns: [AtomicU64; MAX_SHARD as usize + 1],
+    /// Per shard: the mark filed in the store (Unix ms), which no ID minted
+    /// under the lease passes; published before the validity.
+    pub cap_ms: [AtomicI64; MAX_SHARD as usize + 1],
+    /// Per shard: the keeper's `LeaseWhy`.
+    pub why: [AtomicU32; MAX_SHARD as usize + 1],
+}
+
 #[repr(C)]
 pub struct SharedState {
     pub shards: [Slot; MAX_SHARD as usize + 1],
@@ -134,6 +149,7 @@ pub struct SharedState {
     pub held: [Held; HELD_SLOTS],
     /// Set while a slot of `held` may be taken: the one load every mint makes.
     pub any_held: AtomicBool,
+    pub leases: LeaseState,
 }
 
 // SAFETY: the state is only atomics, valid in any process that maps it.
@@ -147,12 +163,22 @@ impl SharedState {
         const ZERO: AtomicU64 = AtomicU64::new(0);
         #[allow(clippy::declare_interior_mutable_const)]
         const FREE: Held = Held { dboid: AtomicU32::new(0), mark_ms: AtomicI64::new(0) };
+        #[allow(clippy::declare_interior_mutable_const)]
+        const ZERO_I64: AtomicI64 = AtomicI64::new(0);
+        #[allow(clippy::declare_interior_mutable_const)]
+        const ZERO_U32: AtomicU32 = AtomicU32::new(0);
         let state = SharedState {
             shards: [Slot::EMPTY; MAX_SHARD as usize + 1],
             uuid: Slot::EMPTY,
             fallback_logged: AtomicBool::new(false),
             held: [FREE; HELD_SLOTS],
             any_held: AtomicBool::new(!start.held.is_empty()),
+            leases: LeaseState {
+                enabled: crate::settings::lease_store().is_some(),
+                valid_until_ns: [ZERO; MAX_SHARD as usize + 1],
+                cap_ms: [ZERO_I64; MAX_SHARD as usize + 1],
+                why: [ZERO_U32; MAX_SHARD as usize + 1],
+            },
             fleet: FleetState {
                 loaded: AtomicBool::new(false),
                 version: AtomicU64::new(0),

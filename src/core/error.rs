@@ -15,6 +15,8 @@ pub enum CoreError {
     ClockBehind { shard: Option<i32>, ahead_ms: i64, max_lead_ms: i64 },
     /// The generator's shard was released to another server.
     ShardReleased(Option<i32>),
+    /// The next value would pass the mark filed with the shard's lease.
+    PastLeaseMark(Option<i32>),
     /// A broken invariant: a bug, reported as an internal error.
     Internal(String),
 }

@@ -95,6 +95,15 @@ pub fn raise_floor(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
     }
 }
 
+/// Like [`raise_floor`], and also brings a retired generator back (a
+/// shard whose lease this server is granted again, see `lease`).
+pub fn revive_above(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
+    let floor = if ms > 0 { ((ms as u64) << fmt.bits) - 1 } else { 0 };
+    let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+        Some(if cur == RETIRED { floor } else { cur.max(floor) })
+    });
+}
+
 /// Decides the next tick after `last`, given the clock as a tick `now`.
 ///
 /// The next tick is the larger of `last + 1` and `now`: at the clock when the
@@ -179,6 +188,18 @@ mod tests {
 
     fn t(ms: u64, seq: u64) -> u64 {
         (ms << 10) | seq
+    }
+
+    #[test]
+    fn revive_above_raises_and_brings_back_a_retired_generator() {
+        let cell = AtomicU64::new(RETIRED);
+        revive_above(&cell, FMT, 500);
+        assert_eq!(cell.load(Ordering::Relaxed), t(499, 1023));
+        revive_above(&cell, FMT, 400);
+        assert_eq!(cell.load(Ordering::Relaxed), t(499, 1023), "never lowered");
+        cell.store(t(600, 3), Ordering::Relaxed);
+        revive_above(&cell, FMT, 500);
+        assert_eq!(cell.load(Ordering::Relaxed), t(600, 3));
     }
 
     #[test]

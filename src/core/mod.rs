@@ -6,5 +6,6 @@ pub mod codec;
 pub mod error;
 pub mod generator;
 pub mod layout;
+pub mod lease;
 pub mod schemes;
 pub mod uuid_layout;

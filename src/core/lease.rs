@@ -1,0 +1,267 @@
+//! Shard leases, the decisions in plain Rust: which shards a server asks a
+//! lease store for, how long a renewed lease lets it mint (fencing by time),
+//! and the mark it files in the store above every ID it may mint.
+//!
+//! The rules, which the keeper (`crate::lease`) applies:
+//! - a lease granted or renewed by a request sent at monotonic time `t`
+//!   with TTL `ttl` lets the server mint until `t + ttl - margin`: the
+//!   store counts the TTL from when it receives the request, later than
+//!   `t`, and gives the shard to another server only once it has run out;
+//! - before a renewal takes effect, the holder files in the store, for
+//!   each of its shards, a mark (Unix ms) at or above its clock at the end
+//!   of the new validity plus the lead bound; the generator never hands out
+//!   an ID above the mark it filed, and the next holder starts above it.
+//!   So two holders never mint the same ID, whatever the clocks and pauses:
+//!   a holder paused past its lease finds, on waking, its validity over,
+//!   and its mark was filed before any of its IDs could pass it.
+
+use super::layout::MAX_SHARD;
+
+/// The fencing margin for a TTL: how much earlier than the store the
+/// holder stops minting. It covers the time the request takes to reach the
+/// store only in the holder's favour (that time is already on the safe
+/// side); it is there for the drift between the two monotonic clocks
+/// (parts per million, so microseconds over a TTL) and for a mint that
+/// checked the lease just before it ran out. At least one second, and a
+/// fifth of longer TTLs.
+pub fn margin_ms(ttl_ms: u64) -> u64 {
+    (ttl_ms / 5).max(1000)
+}
+
+/// The monotonic time (ns) until which a lease renewed by a request sent
+/// at `sent_ns`, granted `ttl_ms`, lets the server mint.
+pub fn valid_until_ns(sent_ns: u64, ttl_ms: u64) -> u64 {
+    let ms = ttl_ms.saturating_sub(margin_ms(ttl_ms));
+    sent_ns.saturating_add(ms * 1_000_000)
+}
+
+/// How often the keeper renews: three times per TTL, so that one renewal
+/// lost to the network still leaves two before the lease runs out.
+pub fn renew_every_ms(ttl_ms: u64) -> u64 {
+    (ttl_ms / 3).max(200)
+}
+
+/// The mark filed for a holder's shard before a renewal takes effect (Unix
+/// ms): its clock `wall_ms` now, plus the validity left (`valid_for_ms`),
+/// plus the lead bound that lets a generator run ahead of its clock.
+pub fn mark_ms(wall_ms: i64, valid_for_ms: u64, lead_ms: i64) -> i64 {
+    wall_ms.saturating_add(valid_for_ms as i64).saturating_add(lead_ms.max(0))
+}
+
+/// A list of shards as `pg_idgen.lease_shards` takes it: numbers and
+/// ranges, comma-separated (`5`, `0-99,200`); empty means none. Sorted,
+/// without repeats.
+pub fn parse_shards(spec: &str) -> Result<Vec<u16>, String> {
+    let mut shards = Vec::new();
+    for part in spec.split(',').map(str::trim) {
+        if part.is_empty() {
+            if spec.trim().is_empty() {
+                continue;
+            }
+            return Err(format!("empty item in \"{spec}\""));
+        }
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (number(a, spec)?, number(b, spec)?),
+            None => (number(part, spec)?, number(part, spec)?),
+        };
+        if first > last {
+            return Err(format!("range \"{part}\" runs backwards"));
+        }
+        shards.extend(first..=last);
+    }
+    shards.sort_unstable();
+    shards.dedup();
+    Ok(shards)
+}
+
+fn number(text: &str, spec: &str) -> Result<u16, String> {
+    let text = text.trim();
+    match text.parse::<u16>() {
+        Ok(n) if i32::from(n) <= MAX_SHARD => Ok(n),
+        Ok(_) => Err(format!("shard {text} is out of range 0 to {MAX_SHARD}")),
+        Err(_) => Err(format!("\"{text}\" in \"{spec}\" is not a shard number")),
+    }
+}
+
+/// What the keeper knows of one shard's key in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// No key: any server may take it.
+    Free,
+    /// Held under this server's lease.
+    Mine,
+    /// Held by another server (or an earlier start of this one).
+    Other,
+}
+
+/// The shards to ask for, in order, given what each wanted shard looks
+/// like in the store (`seen`, by shard). `named` are always asked for;
+/// beyond them, `auto` more are, the shards this server held before its
+/// restart first (`preferred`), then the lowest free ones. While
+/// `patient` (the first TTL and a half after the keeper started) no new
+/// free shard is taken in place of a preferred one that another lease
+/// still holds: a server that restarted before its old lease ran out
+/// gets its shards back rather than new ones.
+pub fn to_ask(
+    named: &[u16],
+    auto: usize,
+    preferred: &[u16],
+    patient: bool,
+    seen: impl Fn(u16) -> Seen,
+) -> Vec<u16> {
+    let mut ask: Vec<u16> = named.iter().copied().filter(|s| seen(*s) != Seen::Mine).collect();
+    let mine_auto = (0..=MAX_SHARD as u16).filter(|s| seen(*s) == Seen::Mine && !named.contains(s)).count();
+    let mut missing = auto.saturating_sub(mine_auto);
+    for s in preferred.iter().copied().filter(|s| !named.contains(s)) {
+        if missing == 0 {
+            break;
+        }
+        match seen(s) {
+            Seen::Free => {
+                ask.push(s);
+                missing -= 1;
+            }
+            // Still leased: hold a place for it while patient.
+            Seen::Other if patient => missing -= 1,
+            _ => {}
+        }
+    }
+    for s in 0..=MAX_SHARD as u16 {
+        if missing == 0 {
+            break;
+        }
+        if seen(s) == Seen::Free && !named.contains(&s) && !ask.contains(&s) {
+            ask.push(s);
+            missing -= 1;
+        }
+    }
+    ask
+}
+
+/// The value a holder writes in a shard's key: who holds it, as one line
+/// (`<identity> <system identifier> <description>`).
+pub fn owner_value(identity: &str, system_id: u64, description: &str) -> String {
+    format!("{identity} {system_id} {description}")
+}
+
+/// The identity and system identifier of an owner value.
+pub fn owner_of(value: &str) -> (&str, Option<u64>) {
+    let mut words = value.splitn(3, ' ');
+    let identity = words.next().unwrap_or("");
+    (identity, words.next().and_then(|w| w.parse().ok()))
+}
+
+/// The key of a shard's lease, and of its mark, under `prefix`. Numbers
+/// are zero-padded so that keys sort as shards do.
+pub fn shard_key(prefix: &str, shard: u16) -> String {
+    format!("{prefix}shard/{shard:04}")
+}
+
+pub fn mark_key(prefix: &str, shard: u16) -> String {
+    format!("{prefix}mark/{shard:04}")
+}
+
+/// The shard a key under `prefix` names.
+pub fn shard_of_key(prefix: &str, key: &str) -> Option<u16> {
+    let n: u16 = key.strip_prefix(prefix)?.strip_prefix("shard/")?.parse().ok()?;
+    (i32::from(n) <= MAX_SHARD).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_stops_a_margin_before_the_store_can_give_the_shard_away() {
+        // TTL 10 s, sent at 5 s: minting until 13 s, the store keeps it
+        // until at least 15 s.
+        assert_eq!(margin_ms(10_000), 2000);
+        assert_eq!(valid_until_ns(5_000_000_000, 10_000), 13_000_000_000);
+        // Short TTLs keep a one-second margin.
+        assert_eq!(margin_ms(2_000), 1000);
+        assert_eq!(valid_until_ns(0, 2_000), 1_000_000_000);
+        // A TTL shorter than the margin never lets the server mint.
+        assert_eq!(valid_until_ns(7, 500), 7);
+        for ttl in [1000, 2000, 5000, 10_000, 60_000, 600_000] {
+            assert!(valid_until_ns(0, ttl) < ttl * 1_000_000, "{ttl}");
+            assert!(renew_every_ms(ttl) * 2 < ttl.saturating_sub(margin_ms(ttl)) || ttl < 3000, "{ttl}");
+        }
+    }
+
+    #[test]
+    fn the_mark_covers_the_validity_and_the_lead() {
+        assert_eq!(mark_ms(1_000_000, 8_000, 10_000), 1_018_000);
+        assert_eq!(mark_ms(1_000_000, 8_000, -5), 1_008_000);
+        assert_eq!(mark_ms(i64::MAX - 1, 8_000, 10_000), i64::MAX);
+    }
+
+    #[test]
+    fn shard_lists_parse_as_documented() {
+        assert_eq!(parse_shards(""), Ok(vec![]));
+        assert_eq!(parse_shards("  "), Ok(vec![]));
+        assert_eq!(parse_shards("5"), Ok(vec![5]));
+        assert_eq!(parse_shards("3-5, 1,4"), Ok(vec![1, 3, 4, 5]));
+        assert_eq!(parse_shards("8191"), Ok(vec![8191]));
+        assert!(parse_shards("8192").unwrap_err().contains("out of range"));
+        assert!(parse_shards("5-3").unwrap_err().contains("backwards"));
+        assert!(parse_shards("1,,2").unwrap_err().contains("empty"));
+        assert!(parse_shards("x").unwrap_err().contains("not a shard number"));
+        assert!(parse_shards("-1").is_err());
+    }
+
+    fn seen_from<'a>(mine: &'a [u16], other: &'a [u16]) -> impl Fn(u16) -> Seen + 'a {
+        move |s| {
+            if mine.contains(&s) {
+                Seen::Mine
+            } else if other.contains(&s) {
+                Seen::Other
+            } else {
+                Seen::Free
+            }
+        }
+    }
+
+    #[test]
+    fn named_shards_are_asked_for_until_held() {
+        assert_eq!(to_ask(&[5, 6], 0, &[], false, seen_from(&[], &[5])), vec![5, 6]);
+        assert_eq!(to_ask(&[5, 6], 0, &[], false, seen_from(&[5], &[])), vec![6]);
+        assert_eq!(to_ask(&[5, 6], 0, &[], false, seen_from(&[5, 6], &[])), Vec::<u16>::new());
+    }
+
+    #[test]
+    fn automatic_shards_are_the_lowest_free_ones() {
+        assert_eq!(to_ask(&[], 3, &[], false, seen_from(&[], &[0, 2])), vec![1, 3, 4]);
+        assert_eq!(to_ask(&[1], 2, &[], false, seen_from(&[], &[0])), vec![1, 2, 3]);
+        // Held ones count: only the missing are asked for.
+        assert_eq!(to_ask(&[], 3, &[], false, seen_from(&[7, 9], &[0])), vec![1]);
+        // Named shards held do not count towards the automatic ones.
+        assert_eq!(to_ask(&[1], 1, &[], false, seen_from(&[1], &[])), vec![0]);
+        // Every shard taken: nothing to ask.
+        let all: Vec<u16> = (0..=MAX_SHARD as u16).collect();
+        assert_eq!(to_ask(&[], 2, &[], false, seen_from(&[], &all)), Vec::<u16>::new());
+    }
+
+    #[test]
+    fn a_restarted_server_gets_its_shards_back() {
+        // Free again: asked for first.
+        assert_eq!(to_ask(&[], 2, &[40, 41], false, seen_from(&[], &[])), vec![40, 41]);
+        // Still under the old lease: while patient, no other shard is taken instead.
+        assert_eq!(to_ask(&[], 2, &[40, 41], true, seen_from(&[], &[40])), vec![41]);
+        // Once patience is over (held by a live server: a copy of this one),
+        // the lowest free shard is.
+        assert_eq!(to_ask(&[], 2, &[40, 41], false, seen_from(&[], &[40])), vec![41, 0]);
+    }
+
+    #[test]
+    fn owner_values_and_keys_read_back() {
+        let v = owner_value("ab12", 7_345_123, "host:5432 pid 9");
+        assert_eq!(owner_of(&v), ("ab12", Some(7_345_123)));
+        assert_eq!(owner_of("garbage"), ("garbage", None));
+        assert_eq!(shard_key("/pg_idgen/", 5), "/pg_idgen/shard/0005");
+        assert_eq!(mark_key("/p/", 8191), "/p/mark/8191");
+        assert_eq!(shard_of_key("/p/", "/p/shard/0042"), Some(42));
+        assert_eq!(shard_of_key("/p/", "/p/shard/9999"), None);
+        assert_eq!(shard_of_key("/p/", "/q/shard/0042"), None);
+        assert!(shard_key("/p/", 9) < shard_key("/p/", 10));
+    }
+}

@@ -1,0 +1,269 @@
+//! A lease store client: etcd's v3 API over its HTTP/JSON gateway (keys
+//! and values base64, numbers as strings), on plain HTTP/1.1 over loopback
+//! or a private network. No pgrx: it runs only in the keeper process, and
+//! every request is bounded in time (1 s to connect, 3 s in all).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde_json::{json, Value};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// The largest answer read (a range of every shard key is about 2 MB).
+const MAX_ANSWER: usize = 16 << 20;
+
+/// The store's endpoints, tried in turn.
+#[derive(Debug)]
+pub struct Store {
+    endpoints: Vec<String>,
+}
+
+/// A key as the store keeps it.
+#[derive(Clone, Debug)]
+pub struct Kv {
+    pub key: String,
+    pub value: String,
+    pub lease: i64,
+}
+
+impl Store {
+    /// `http://host:port`, comma-separated.
+    pub fn parse(urls: &str) -> Result<Store, String> {
+        let mut endpoints = Vec::new();
+        for url in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            let Some(rest) = url.strip_prefix("http://") else {
+                return Err(format!("\"{url}\" is not an http:// address (TLS is not supported)"));
+            };
+            let hostport = rest.trim_end_matches('/');
+            if hostport.is_empty() || hostport.contains('/') || !hostport.contains(':') {
+                return Err(format!("\"{url}\" is not of the form http://host:port"));
+            }
+            endpoints.push(hostport.to_string());
+        }
+        if endpoints.is_empty() {
+            return Err("no address".into());
+        }
+        Ok(Store { endpoints })
+    }
+
+    /// One request, to each endpoint in turn until one answers.
+    fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let mut why = String::new();
+        for endpoint in &self.endpoints {
+            match post_to(endpoint, path, &body.to_string()) {
+                Ok(v) => return Ok(v),
+                Err(e) => why = format!("{endpoint}: {e}"),
+            }
+        }
+        Err(why)
+    }
+
+    /// A new lease: (ID, TTL in seconds).
+    pub fn grant(&self, ttl_s: i64) -> Result<(i64, i64), String> {
+        let v = self.post("/v3/lease/grant", &json!({ "TTL": ttl_s }))?;
+        Ok((int(&v["ID"]).ok_or("no lease ID in the answer")?, int(&v["TTL"]).unwrap_or(0)))
+    }
+
+    /// Renews a lease: the TTL granted, 0 when the lease is gone.
+    pub fn keepalive(&self, id: i64) -> Result<i64, String> {
+        let v = self.post("/v3/lease/keepalive", &json!({ "ID": id.to_string() }))?;
+        Ok(int(&v["result"]["TTL"]).unwrap_or(0))
+    }
+
+    pub fn revoke(&self, id: i64) -> Result<(), String> {
+        self.post("/v3/lease/revoke", &json!({ "ID": id.to_string() })).map(|_| ())
+    }
+
+    /// Every key that starts with `prefix`.
+    pub fn range_prefix(&self, prefix: &str) -> Result<Vec<Kv>, String> {
+        let v = self.post("/v3/kv/range", &json!({ "key": b64(prefix), "range_end": b64(&prefix_end(prefix)) }))?;
+        Ok(kvs(&v))
+    }
+
+    /// Creates `key` under lease `lease` if no such key exists, reading
+    /// `also` in the same transaction: Some(that key) if it was created.
+    pub fn create(&self, key: &str, value: &str, lease: i64, also: &str) -> Result<Option<Option<Kv>>, String> {
+        let v = self.post(
+            "/v3/kv/txn",
+            &json!({
+                "compare": [{ "key": b64(key), "target": "CREATE", "create_revision": "0" }],
+                "success": [
+                    { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } },
+                    { "request_range": { "key": b64(also) } },
+                ],
+            }),
+        )?;
+        if v["succeeded"].as_bool() != Some(true) {
+            return Ok(None);
+        }
+        Ok(Some(kvs(&v["responses"][1]["response_range"]).into_iter().next()))
+    }
+
+    /// Writes `puts` if every key of `held` is still attached to `lease`:
+    /// whether it did.
+    pub fn put_if_held(&self, held: &[String], lease: i64, puts: &[(String, String)]) -> Result<bool, String> {
+        let compare: Vec<Value> =
+            held.iter().map(|k| json!({ "key": b64(k), "target": "LEASE", "lease": lease.to_string() })).collect();
+        let success: Vec<Value> =
+            puts.iter().map(|(k, v)| json!({ "request_put": { "key": b64(k), "value": b64(v) } })).collect();
+        let v = self.post("/v3/kv/txn", &json!({ "compare": compare, "success": success }))?;
+        Ok(v["succeeded"].as_bool() == Some(true))
+    }
+}
+
+fn b64(s: &str) -> String {
+    B64.encode(s.as_bytes())
+}
+
+fn unb64(v: &Value) -> String {
+    v.as_str().and_then(|s| B64.decode(s).ok()).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+}
+
+/// A number the gateway sends as a string (or, rarely, as a number).
+fn int(v: &Value) -> Option<i64> {
+    v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_i64())
+}
+
+fn kvs(range: &Value) -> Vec<Kv> {
+    range["kvs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|kv| Kv {
+                    key: unb64(&kv["key"]),
+                    value: unb64(&kv["value"]),
+                    lease: int(&kv["lease"]).unwrap_or(0),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The end of the range of keys starting with `prefix` (its last byte plus one).
+fn prefix_end(prefix: &str) -> String {
+    let mut b = prefix.as_bytes().to_vec();
+    if let Some(last) = b.last_mut() {
+        *last += 1;
+    }
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// One HTTP/1.1 POST of JSON, answered 200 with JSON.
+fn post_to(endpoint: &str, path: &str, body: &str) -> Result<Value, String> {
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let addrs: Vec<SocketAddr> = endpoint.to_socket_addrs().map_err(|e| e.to_string())?.collect();
+    let mut last = String::from("no address");
+    let mut stream = None;
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    let mut stream = stream.ok_or(last)?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT)).map_err(|e| e.to_string())?;
+    stream.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("timed out".into());
+        }
+        stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) if answer.len() + n <= MAX_ANSWER => answer.extend_from_slice(&buf[..n]),
+            Ok(_) => return Err("answer too large".into()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let (status, chunked, body) = split_response(&answer)?;
+    let body = if chunked { dechunk(body)? } else { body.to_vec() };
+    let text = String::from_utf8_lossy(&body);
+    if status != 200 {
+        return Err(format!("HTTP {status}: {}", text.chars().take(200).collect::<String>()));
+    }
+    // A streamed answer (keepalive) may carry several objects: the first counts.
+    let mut objects = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+    match objects.next() {
+        Some(Ok(v)) if v.get("error").is_some() => Err(format!("the store refused: {}", v["error"])),
+        Some(Ok(v)) => Ok(v),
+        _ => Err(format!("not JSON: {}", text.chars().take(200).collect::<String>())),
+    }
+}
+
+/// (status, chunked, body) of an HTTP/1.1 response.
+fn split_response(answer: &[u8]) -> Result<(u16, bool, &[u8]), String> {
+    let end = answer.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no HTTP header")?;
+    let head = String::from_utf8_lossy(&answer[..end]);
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or("no HTTP status")?;
+    let chunked = lines.any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    Ok((status, chunked, &answer[end + 4..]))
+}
+
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = body.windows(2).position(|w| w == b"\r\n").ok_or("truncated chunk")?;
+        let size_text = String::from_utf8_lossy(&body[..eol]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).map_err(|_| "bad chunk size")?;
+        body = &body[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if body.len() < size {
+            return Err("truncated chunk".into());
+        }
+        out.extend_from_slice(&body[..size]);
+        body = body.get(size + 2..).unwrap_or(&[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse() {
+        assert_eq!(Store::parse("http://127.0.0.1:2379").unwrap().endpoints, vec!["127.0.0.1:2379"]);
+        assert_eq!(Store::parse("http://a:1/, http://b:2").unwrap().endpoints, vec!["a:1", "b:2"]);
+        assert!(Store::parse("https://a:1").unwrap_err().contains("TLS"));
+        assert!(Store::parse("http://a").is_err());
+        assert!(Store::parse("").is_err());
+    }
+
+    #[test]
+    fn chunked_answers_are_joined() {
+        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n";
+        let (status, chunked, body) = split_response(r).unwrap();
+        assert_eq!((status, chunked), (200, true));
+        assert_eq!(dechunk(body).unwrap(), b"{\"a\":1}");
+        assert!(dechunk(b"5\r\nab").is_err());
+    }
+
+    #[test]
+    fn prefix_ranges_end_after_the_prefix() {
+        assert_eq!(prefix_end("/p/"), "/p0");
+    }
+}

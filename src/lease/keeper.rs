@@ -1,0 +1,434 @@
+//! The lease keeper: one background worker, started once recovery is over
+//! (at server start, after a crash restart, at a promotion), that holds
+//! this server's lease in the store and publishes what minting reads.
+//!
+//! Each round (three per TTL, every 0.5 s while the store fails):
+//! 1. renew the lease (or be granted one; after a crash restart of this
+//!    same postmaster, take back the lease its keys are attached to);
+//! 2. ask for the shards it lacks (`core::lease::to_ask`), each with a
+//!    create-if-absent transaction that also reads the shard's mark, and
+//!    raise the shard's generator above that mark;
+//! 3. file each held shard's new mark, in transactions that succeed only
+//!    while its key is still attached to this lease;
+//! 4. publish, per shard, the mark, then the validity of step 1.
+//!
+//! A failure anywhere publishes nothing new: what was published runs out by
+//! itself. On SIGTERM it stops minting of its shards (retiring their
+//! generators, so no mint under way can finish), files their exact marks
+//! and gives the lease back, so that a restart, or another server, takes
+//! them at once.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::prelude::*;
+
+use super::etcd::{Kv, Store};
+use crate::clock;
+use crate::core::generator::{self, RETIRED};
+use crate::core::layout::{ID_TICKS, MAX_SHARD};
+use crate::core::lease::{self as rules, Seen};
+use crate::errors::{LeaseWhy, OrRaise};
+use crate::{settings, shared};
+
+/// The shards held before a restart, asked for first after it.
+const PREFERRED_FILE: &str = "pg_idgen/leased_shards";
+/// How soon a failed round is tried again.
+const RETRY: Duration = Duration::from_millis(500);
+/// Shards whose marks one transaction files (a compare and a put each;
+/// etcd allows 128 operations per transaction by default).
+const BATCH: usize = 60;
+
+/// Registers the keeper (while preloading), when a lease store is set.
+/// Not during `pg_upgrade`.
+pub fn register() {
+    // SAFETY: a plain global flag of the server.
+    if unsafe { pg_sys::IsBinaryUpgrade } || settings::lease_store().is_none() {
+        return;
+    }
+    BackgroundWorkerBuilder::new("pg_idgen lease keeper")
+        .set_type("pg_idgen lease keeper")
+        .set_library("pg_idgen")
+        .set_function("pg_idgen_lease_keeper")
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .load();
+}
+
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn pg_idgen_lease_keeper(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let mut keeper = Keeper::new();
+    log!(
+        "pg_idgen lease keeper: server identity {}, asking the lease store at {} for shards [{}] and {} free ones (TTL {} s)",
+        super::identity(),
+        keeper.store_text,
+        keeper.named.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
+        keeper.auto,
+        keeper.ttl_s
+    );
+    loop {
+        let wait = keeper.round();
+        if !BackgroundWorker::wait_latch(Some(wait)) {
+            break;
+        }
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: reloads the configuration in this process, as PostgreSQL's own workers do.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+    }
+    keeper.release_all();
+    // SAFETY: ends this worker the way PostgreSQL's own do; code 1 has it
+    // started again (after a SIGTERM of its own, not at shutdown).
+    unsafe { pg_sys::proc_exit(1) };
+}
+
+struct Keeper {
+    store: Store,
+    store_text: String,
+    prefix: String,
+    named: Vec<u16>,
+    auto: usize,
+    ttl_s: i64,
+    owner: String,
+    system_id: u64,
+    started_ns: u64,
+    /// The lease and the monotonic time until which it lets this server mint.
+    lease: Option<i64>,
+    valid_until_ns: u64,
+    /// Held shards, each with the mark filed for it (Unix ms; 0 before the first).
+    held: BTreeMap<u16, i64>,
+    preferred: Vec<u16>,
+    /// The store failed in the last round (logged once per outage).
+    failing: bool,
+    /// Shards whose holder was logged.
+    named_holder: HashSet<u16>,
+}
+
+impl Keeper {
+    fn new() -> Keeper {
+        let store_text = settings::lease_store().unwrap_or_default();
+        let store = Store::parse(&store_text).or_raise_internal();
+        // SAFETY: reads globals set before any worker starts.
+        let (system_id, port, pid, data) = unsafe {
+            (
+                pg_sys::GetSystemIdentifier(),
+                pg_sys::PostPortNumber,
+                pg_sys::PostmasterPid,
+                std::ffi::CStr::from_ptr(pg_sys::DataDir).to_string_lossy().into_owned(),
+            )
+        };
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+        let description = format!("{host}:{port} postmaster {pid} data {data}");
+        let preferred: Vec<u16> = std::fs::read_to_string(PREFERRED_FILE)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .filter(|s| i32::from(*s) <= MAX_SHARD)
+            .collect();
+        let keeper = Keeper {
+            store,
+            store_text,
+            prefix: settings::lease_prefix(),
+            named: settings::lease_shards().unwrap_or_default(),
+            auto: settings::lease_auto_shards(),
+            ttl_s: settings::lease_ttl_s(),
+            owner: rules::owner_value(super::identity(), system_id, &description),
+            system_id,
+            started_ns: clock::boottime_ns(),
+            lease: None,
+            valid_until_ns: 0,
+            held: BTreeMap::new(),
+            preferred,
+            failing: false,
+            named_holder: HashSet::new(),
+        };
+        for s in &keeper.named {
+            keeper.set_why(*s, LeaseWhy::Asking);
+        }
+        keeper
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl_s as u64 * 1000
+    }
+
+    fn set_why(&self, shard: u16, why: LeaseWhy) {
+        if let Ok(state) = shared::state() {
+            state.leases.why[shard as usize].store(why as u32, Ordering::Release);
+        }
+    }
+
+    /// One round; how long to wait for the next.
+    fn round(&mut self) -> Duration {
+        match self.try_round() {
+            Ok(()) => {
+                if self.failing {
+                    self.failing = false;
+                    log!("pg_idgen lease keeper: the lease store at {} answers again", self.store_text);
+                }
+                let every = Duration::from_millis(rules::renew_every_ms(self.ttl_ms()));
+                // Sooner while asking for shards not yet held (every 1 s).
+                let wanted = self.named.len() + self.auto;
+                if self.held.len() < wanted { every.min(Duration::from_secs(1)) } else { every }
+            }
+            Err(e) => {
+                if !self.failing {
+                    self.failing = true;
+                    warning!("pg_idgen lease keeper: the lease store at {} cannot be reached: {e}", self.store_text);
+                }
+                for s in self.wanted_not_held() {
+                    self.set_why(s, LeaseWhy::Unreachable);
+                }
+                RETRY
+            }
+        }
+    }
+
+    fn wanted_not_held(&self) -> Vec<u16> {
+        self.named.iter().copied().filter(|s| !self.held.contains_key(s)).collect()
+    }
+
+    fn try_round(&mut self) -> Result<(), String> {
+        let sent = clock::boottime_ns();
+        let ttl = match self.lease {
+            Some(id) => self.store.keepalive(id)?,
+            None => 0,
+        };
+        if ttl <= 0 {
+            if self.lease.is_some() {
+                warning!(
+                    "pg_idgen lease keeper: the lease store let this server's lease run out (paused or cut off past the TTL); shards {} stop minting and are asked for again",
+                    self.held.keys().map(u16::to_string).collect::<Vec<_>>().join(",")
+                );
+                self.lose_all(LeaseWhy::Lost);
+            }
+            self.new_lease()?;
+        } else {
+            self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000);
+        }
+        let lease = self.lease.ok_or("no lease")?;
+        self.ask(lease)?;
+        self.file_marks(lease)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// A lease: the one this postmaster's keys are attached to (a keeper
+    /// restarted after a crash), or a new one.
+    fn new_lease(&mut self) -> Result<(), String> {
+        let sent = clock::boottime_ns();
+        let mine: Vec<Kv> = self
+            .shard_keys()?
+            .into_iter()
+            .filter(|kv| rules::owner_of(&kv.value).0 == super::identity() && kv.lease != 0)
+            .collect();
+        if let Some(kv) = mine.first() {
+            let ttl = self.store.keepalive(kv.lease)?;
+            if ttl > 0 {
+                self.lease = Some(kv.lease);
+                self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000);
+                // Its own marks: the generators, started after the crash
+                // above every ID minted before it, are not raised to them.
+                for kv in mine.iter().filter(|k| k.lease == kv.lease) {
+                    if let Some(s) = rules::shard_of_key(&self.prefix, &kv.key) {
+                        let mark = self.read_mark(s)?;
+                        self.held.insert(s, mark);
+                    }
+                }
+                return Ok(());
+            }
+        }
+        let sent = clock::boottime_ns();
+        let (id, ttl) = self.store.grant(self.ttl_s)?;
+        self.lease = Some(id);
+        self.valid_until_ns = rules::valid_until_ns(sent, ttl.max(0) as u64 * 1000);
+        Ok(())
+    }
+
+    fn shard_keys(&self) -> Result<Vec<Kv>, String> {
+        self.store.range_prefix(&format!("{}shard/", self.prefix))
+    }
+
+    fn read_mark(&self, shard: u16) -> Result<i64, String> {
+        let kvs = self.store.range_prefix(&rules::mark_key(&self.prefix, shard))?;
+        Ok(kvs.iter().find(|kv| kv.key == rules::mark_key(&self.prefix, shard)).map_or(0, |kv| kv.value.trim().parse().unwrap_or(0)))
+    }
+
+    /// Starts holding `shard`, whose last holder filed `mark`: its generator
+    /// starts above it, whatever this server's clock says.
+    fn take(&mut self, shard: u16, mark: i64) {
+        if let Ok(state) = shared::state() {
+            let ms = mark + 1 - settings::configured_epoch_ms();
+            generator::revive_above(&state.shards[shard as usize].last, ID_TICKS, ms);
+        }
+        self.held.insert(shard, mark);
+        self.set_why(shard, LeaseWhy::Held);
+    }
+
+    /// Asks for the shards this server lacks.
+    fn ask(&mut self, lease: i64) -> Result<(), String> {
+        if self.named.iter().all(|s| self.held.contains_key(s)) && self.held.len() >= self.named.len() + self.auto {
+            return Ok(());
+        }
+        let keys = self.shard_keys()?;
+        let taken: BTreeMap<u16, &Kv> = keys.iter().filter_map(|kv| Some((rules::shard_of_key(&self.prefix, &kv.key)?, kv))).collect();
+        let seen = |s: u16| match taken.get(&s) {
+            _ if self.held.contains_key(&s) => Seen::Mine,
+            Some(kv) if kv.lease == lease => Seen::Mine,
+            Some(_) => Seen::Other,
+            None => Seen::Free,
+        };
+        let patient = clock::boottime_ns().saturating_sub(self.started_ns) < self.ttl_ms() * 1_500_000;
+        let ask = rules::to_ask(&self.named, self.auto, &self.preferred, patient, seen);
+        for s in ask {
+            if let Some(kv) = taken.get(&s) {
+                self.note_holder(s, kv, patient);
+                continue;
+            }
+            match self.store.create(&rules::shard_key(&self.prefix, s), &self.owner, lease, &rules::mark_key(&self.prefix, s))? {
+                Some(mark) => {
+                    let mark = mark.map_or(0, |kv| kv.value.trim().parse().unwrap_or(0));
+                    log!("pg_idgen lease keeper: leased shard {s}; its IDs start above the mark {mark} filed by its last holder");
+                    self.take(s, mark);
+                }
+                None => self.set_why(s, LeaseWhy::HeldElsewhere),
+            }
+        }
+        self.write_preferred();
+        Ok(())
+    }
+
+    /// Logs once who holds a shard this server asks for; warns when it is
+    /// a running copy of this server (same system identifier, another start).
+    fn note_holder(&mut self, shard: u16, kv: &Kv, patient: bool) {
+        self.set_why(shard, LeaseWhy::HeldElsewhere);
+        if patient || !self.named_holder.insert(shard) {
+            return;
+        }
+        let (identity, system_id) = rules::owner_of(&kv.value);
+        if system_id == Some(self.system_id) && identity != super::identity() {
+            warning!(
+                "pg_idgen lease keeper: shard {shard} is leased to another running server with this server's system identifier: {} (a copy of this server: a clone, or the old primary of a promoted standby); this server does not mint it",
+                kv.value
+            );
+        } else {
+            log!("pg_idgen lease keeper: shard {shard} is leased to another server: {}", kv.value);
+        }
+    }
+
+    /// Files each held shard's mark for the validity just renewed; drops
+    /// the shards whose keys are no longer attached to the lease.
+    fn file_marks(&mut self, lease: i64) -> Result<(), String> {
+        let now_ns = clock::boottime_ns();
+        let valid_for_ms = self.valid_until_ns.saturating_sub(now_ns) / 1_000_000;
+        let mark = rules::mark_ms(clock::unix_us().div_euclid(1000), valid_for_ms, settings::max_clock_lead_ms());
+        let shards: Vec<u16> = self.held.keys().copied().collect();
+        for batch in shards.chunks(BATCH) {
+            let keys: Vec<String> = batch.iter().map(|s| rules::shard_key(&self.prefix, *s)).collect();
+            let puts: Vec<(String, String)> =
+                batch.iter().map(|s| (rules::mark_key(&self.prefix, *s), mark.max(self.held[s]).to_string())).collect();
+            if self.store.put_if_held(&keys, lease, &puts)? {
+                for s in batch {
+                    let filed = mark.max(self.held[s]);
+                    self.held.insert(*s, filed);
+                }
+                continue;
+            }
+            // Some key is no longer this lease's: find which, drop them.
+            let now: BTreeMap<u16, i64> = self
+                .shard_keys()?
+                .iter()
+                .filter_map(|kv| Some((rules::shard_of_key(&self.prefix, &kv.key)?, kv.lease)))
+                .collect();
+            for s in batch.iter().filter(|s| now.get(s) != Some(&lease)) {
+                warning!("pg_idgen lease keeper: shard {s} is no longer leased to this server; it stops minting");
+                self.drop_shard(*s, LeaseWhy::Lost);
+            }
+            return Err("a shard's lease was lost while filing marks (tried again)".into());
+        }
+        Ok(())
+    }
+
+    /// Publishes the marks, then the validity.
+    fn publish(&self) {
+        let Ok(state) = shared::state() else { return };
+        for (s, mark) in &self.held {
+            state.leases.cap_ms[*s as usize].store(*mark, Ordering::Release);
+        }
+        for s in self.held.keys() {
+            state.leases.valid_until_ns[*s as usize].store(self.valid_until_ns, Ordering::Release);
+            state.leases.why[*s as usize].store(LeaseWhy::Held as u32, Ordering::Release);
+        }
+    }
+
+    fn drop_shard(&mut self, shard: u16, why: LeaseWhy) {
+        if let Ok(state) = shared::state() {
+            state.leases.valid_until_ns[shard as usize].store(0, Ordering::Release);
+        }
+        self.held.remove(&shard);
+        self.set_why(shard, why);
+    }
+
+    fn lose_all(&mut self, why: LeaseWhy) {
+        for s in self.held.keys().copied().collect::<Vec<_>>() {
+            self.drop_shard(s, why);
+        }
+        self.lease = None;
+    }
+
+    fn write_preferred(&self) {
+        let text: Vec<String> = self.held.keys().map(u16::to_string).collect();
+        let _ = std::fs::create_dir_all("pg_idgen");
+        let tmp = format!("{PREFERRED_FILE}.tmp");
+        if std::fs::write(&tmp, text.join(" ")).is_ok() {
+            let _ = std::fs::rename(&tmp, PREFERRED_FILE);
+        }
+    }
+
+    /// Stops minting the held shards, files their exact marks and gives
+    /// the lease back (at SIGTERM). If the store does not answer, the marks
+    /// filed before stand (higher) and the lease runs out by itself.
+    fn release_all(&mut self) {
+        let Some(lease) = self.lease else { return };
+        let Ok(state) = shared::state() else { return };
+        let epoch = settings::configured_epoch_ms();
+        let mut exact = Vec::new();
+        for (s, filed) in &self.held {
+            state.leases.valid_until_ns[*s as usize].store(0, Ordering::Release);
+            state.leases.why[*s as usize].store(LeaseWhy::Released as u32, Ordering::Release);
+            // Retired, so that no mint under way finishes after its last value is read.
+            let last = state.shards[*s as usize].last.swap(RETIRED, Ordering::AcqRel);
+            let mark = if last == RETIRED || last == 0 { *filed } else { ((last >> ID_TICKS.bits) as i64 + epoch).min(*filed) };
+            exact.push((*s, mark));
+        }
+        for batch in exact.chunks(BATCH) {
+            let keys: Vec<String> = batch.iter().map(|(s, _)| rules::shard_key(&self.prefix, *s)).collect();
+            let puts: Vec<(String, String)> = batch.iter().map(|(s, m)| (rules::mark_key(&self.prefix, *s), m.to_string())).collect();
+            if let Err(e) = self.store.put_if_held(&keys, lease, &puts) {
+                log!("pg_idgen lease keeper: could not file the exact marks at release ({e}); the marks filed before stand");
+                return;
+            }
+        }
+        match self.store.revoke(lease) {
+            Ok(()) => log!("pg_idgen lease keeper: gave back the lease on shards {}", exact.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",")),
+            Err(e) => log!("pg_idgen lease keeper: could not give the lease back ({e}); it runs out by itself"),
+        }
+        self.held.clear();
+        self.lease = None;
+    }
+}
+
+/// Raises a setting error the postmaster would have refused already.
+trait OrRaiseInternal<T> {
+    fn or_raise_internal(self) -> T;
+}
+
+impl<T> OrRaiseInternal<T> for Result<T, String> {
+    fn or_raise_internal(self) -> T {
+        self.map_err(|why| crate::errors::IdError::InvalidSetting { name: "pg_idgen.lease_store", why }).or_raise()
+    }
+}
