@@ -58,6 +58,8 @@ COMMENT ON FUNCTION id_generator_status() IS
     'pg_idgen: one row per logical shard minted or released since the server started';
 COMMENT ON FUNCTION id_generator_server_status() IS
     'pg_idgen: the epoch, the range left, this database''s high-water mark, the UUIDv7 generator, and how far ahead of the clock minting must stay';
+COMMENT ON FUNCTION shard_leases() IS
+    'pg_idgen: the shards this server leases from its lease store (pg_idgen.lease_store), their state, validity and mark';
 COMMENT ON FUNCTION pg_idgen_table_changed() IS 'pg_idgen: trigger function (a table of the extension changed)';
 COMMENT ON FUNCTION pg_idgen_ownership_changed() IS 'pg_idgen: trigger function (shard ownership changed)';
 COMMENT ON FUNCTION pg_idgen_epoch_replaced() IS 'pg_idgen: trigger function (one recorded epoch per database)';

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 pub use postgres;
 
 pub mod citus;
+pub mod etcd;
 pub mod patroni;
 use postgres::{Client, NoTls};
 
@@ -106,6 +107,13 @@ impl Server {
         let mut c = as_owner(&self.bin(program));
         c.args(args).current_dir(&self.dir);
         check(program, c.output())
+    }
+
+    /// The same, its outcome returned whatever it is.
+    pub fn run_as_owner_unchecked(&self, program: &str, args: &[&str]) -> Output {
+        let mut c = as_owner(&self.bin(program));
+        c.args(args).current_dir(&self.dir);
+        c.output().unwrap_or_else(|e| panic!("{program}: {e}"))
     }
 
     /// A program of the installation this server runs from.
@@ -209,6 +217,46 @@ impl Server {
         server.append_conf(&all.join("\n"));
         server.start_process();
         server
+    }
+
+    /// An independent copy of `primary` made with `pg_basebackup` while it
+    /// runs (a cloned machine, a restored snapshot), started as a server of
+    /// its own on its own clock file; `conf` lines are added to what it copied.
+    pub fn clone_of(primary: &Server, name: &str, conf: &[&str]) -> Server {
+        let mut server = Server::new_dir(name);
+        server.use_clock_file();
+        check(
+            "pg_basebackup",
+            as_owner(&server.bin("pg_basebackup"))
+                .args(["-D", &server.data(), "-X", "stream", "-c", "fast", "-U", "postgres", "-d", &primary.conninfo("postgres")])
+                .output(),
+        );
+        let mut all = vec![format!("unix_socket_directories = '{}'", server.dir.display())];
+        all.extend(conf.iter().map(|s| s.to_string()));
+        server.append_conf(&all.join("\n"));
+        server.start_process();
+        server
+    }
+
+    /// The postmaster's process ID and its children's.
+    fn processes(&self) -> Vec<String> {
+        let pid = std::fs::read_to_string(Path::new(&self.data()).join("postmaster.pid")).unwrap_or_default();
+        let pid = pid.lines().next().unwrap_or("").trim().to_string();
+        assert!(!pid.is_empty(), "no postmaster.pid: the server is not running");
+        let children = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+        let mut all = vec![pid];
+        all.extend(String::from_utf8_lossy(&children.stdout).split_whitespace().map(str::to_string));
+        all
+    }
+
+    /// Stops every process of the server (SIGSTOP), as a paused machine would be.
+    pub fn freeze(&self) {
+        check("kill -STOP", Command::new("kill").arg("-STOP").args(self.processes()).output());
+    }
+
+    /// Lets them run again (SIGCONT).
+    pub fn thaw(&self) {
+        check("kill -CONT", Command::new("kill").arg("-CONT").args(self.processes()).output());
     }
 
     fn use_clock_file(&mut self) {

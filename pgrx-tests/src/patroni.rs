@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use postgres::{Client, NoTls};
 
 use crate::{bindir, eventually, FAKETIME_LIB};
+pub use crate::etcd::Etcd;
 
 /// Why Patroni clusters cannot run here, if they cannot.
 pub fn missing() -> Option<String> {
@@ -33,7 +34,7 @@ pub fn missing() -> Option<String> {
 /// has not handed out before: the listener is closed before etcd or Patroni
 /// binds the port, so without the record two tests running at once (or two
 /// calls in a row) could be given the same one.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap();
     for _ in 0..1000 {
@@ -46,7 +47,7 @@ fn free_port() -> u16 {
     panic!("no free loopback port not handed out before, in 1,000 tries");
 }
 
-fn owned_dir(path: &Path) {
+pub(crate) fn owned_dir(path: &Path) {
     std::fs::create_dir_all(path).unwrap();
     Command::new("chown")
         .args(["-R", "postgres:postgres"])
@@ -57,7 +58,7 @@ fn owned_dir(path: &Path) {
 
 /// A process started as `postgres`, with its output in `log`; `setpriv`
 /// execs the program itself, so the child is the process to signal.
-fn spawn_as_postgres(program: &str, args: &[&str], log: &Path, env: &[(&str, &str)]) -> Child {
+pub(crate) fn spawn_as_postgres(program: &str, args: &[&str], log: &Path, env: &[(&str, &str)]) -> Child {
     let out = std::fs::File::create(log).unwrap();
     Command::new("setpriv")
         .args([
@@ -85,58 +86,6 @@ fn signal_all(pids: &[String], sig: &str) {
     let _ = Command::new("kill").arg(sig).args(pids).status();
 }
 
-/// One etcd on loopback, the DCS of every cluster of a test.
-pub struct Etcd {
-    child: Child,
-    dir: PathBuf,
-    pub port: u16,
-}
-
-impl Etcd {
-    pub fn start(dir: &Path) -> Etcd {
-        let dir = dir.join("etcd");
-        owned_dir(&dir);
-        let (port, peer) = (free_port(), free_port());
-        let client = format!("http://127.0.0.1:{port}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = spawn_as_postgres(
-            "/usr/bin/etcd",
-            &[
-                "--name",
-                "e1",
-                "--data-dir",
-                &dir.join("data").to_string_lossy(),
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-                "--initial-cluster",
-                &format!("e1={peer_url}"),
-            ],
-            &dir.join("etcd.log"),
-            &[],
-        );
-        let etcd = Etcd { child, dir, port };
-        eventually(30, "etcd answers", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        etcd
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::env::var_os("PG_IDGEN_E2E_KEEP").is_none() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
 
 /// How a cluster is configured.
 pub struct Config {

@@ -1,0 +1,321 @@
+//! Shard leases in etcd (a real one, Debian's etcd-server): no two running
+//! servers mint the same shard, whatever copies of a server are started,
+//! whichever server crashes, pauses or loses the store, and whatever their
+//! clocks say. Every test uses TTL 4 s (a margin of 1 s, renewals every 1.3 s).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pg_idgen_e2e::etcd::Etcd;
+use pg_idgen_e2e::patroni::test_dir;
+use pg_idgen_e2e::{eventually, sqlstate, Server};
+
+const TTL_S: u64 = 4;
+/// `core::lease::margin_ms(4000)`.
+const MARGIN: Duration = Duration::from_millis(1000);
+
+fn etcd(name: &str) -> Etcd {
+    assert!(Etcd::missing().is_none(), "{}", Etcd::missing().unwrap_or_default());
+    Etcd::start(&test_dir(name))
+}
+
+/// Settings of a server that leases `shards` (and `auto` free ones) from `etcd`.
+fn leasing(etcd: &Etcd, shards: &str, auto: i32) -> Vec<String> {
+    vec![
+        format!("pg_idgen.lease_store = '{}'", etcd.url()),
+        format!("pg_idgen.lease_shards = '{shards}'"),
+        format!("pg_idgen.lease_auto_shards = {auto}"),
+        format!("pg_idgen.lease_ttl = {TTL_S}"),
+    ]
+}
+
+/// The SQLSTATE of an error.
+fn code(e: &pg_idgen_e2e::postgres::Error) -> String {
+    e.code().map_or_else(|| format!("not a server error: {e}"), |c| c.code().to_string())
+}
+
+fn conf(lines: &[String]) -> Vec<&str> {
+    lines.iter().map(String::as_str).collect()
+}
+
+/// The shards a server holds leases on now.
+fn held(server: &Server) -> Vec<i32> {
+    server
+        .client()
+        .query("SELECT shard FROM shard_leases() WHERE state = 'held' AND valid_for_ms > 0 ORDER BY shard", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn wait_held(server: &Server, shards: &[i32], secs: u64) {
+    eventually(secs, &format!("the server holds leases on {shards:?}"), || {
+        let h = held(server);
+        shards.iter().all(|s| h.contains(s))
+    });
+}
+
+/// One call's outcome: when the call was sent, and the ID or the SQLSTATE.
+type Call = (Instant, Result<i64, String>);
+
+/// A client calling `next_shard_id(shard)` in a loop until `stop` is set.
+fn minter(server: &Server, shard: i32, stop: &Arc<AtomicBool>) -> JoinHandle<Vec<Call>> {
+    let mut c = server.client();
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        let mut calls = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            let sent = Instant::now();
+            let r = c.query_one("SELECT next_shard_id($1)", &[&shard]);
+            calls.push((sent, r.map(|row| row.get::<_, i64>(0)).map_err(|e| sqlstate(Err::<(), _>(e)))));
+            if calls.last().unwrap().1.is_err() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        calls
+    })
+}
+
+fn ids(calls: &[Call]) -> Vec<i64> {
+    calls.iter().filter_map(|(_, r)| r.as_ref().ok().copied()).collect()
+}
+
+/// Every failed call failed with 55000, the lease refusal (or the clock
+/// refusal of a new holder whose clock is behind the mark).
+fn only_refusals(calls: &[Call]) {
+    for (_, r) in calls {
+        if let Err(state) = r {
+            assert_eq!(state, "55000", "a call failed for another reason");
+        }
+    }
+}
+
+#[test]
+fn a_clone_started_while_the_original_mints_takes_other_shards_and_mints_none_of_its_ids() {
+    let etcd = etcd("lease-clone");
+    let a = Server::start("lease-clone-a", &conf(&leasing(&etcd, "5", 2)));
+    wait_held(&a, &[0, 1, 5], 30);
+    let stop = Arc::new(AtomicBool::new(false));
+    let on_a = minter(&a, 5, &stop);
+    // The clone copies A's settings and A's list of shards to ask for first.
+    let clone = Server::clone_of(&a, "lease-clone-b", &[]);
+    // After a TTL and a half of patience it takes two other free shards.
+    wait_held(&clone, &[2, 3], 30);
+    let on_clone = minter(&clone, 5, &stop);
+    std::thread::sleep(Duration::from_secs(3));
+    let mut c = clone.client();
+    for s in [0, 1, 5] {
+        let e = c.query_one("SELECT next_shard_id($1)", &[&s]).unwrap_err();
+        assert_eq!(code(&e), "55000", "shard {s}: {e}");
+        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.contains(&format!("shard {s} has no lease")), "{e:?}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (on_a, on_clone) = (on_a.join().unwrap(), on_clone.join().unwrap());
+    only_refusals(&on_clone);
+    assert!(ids(&on_a).len() > 100, "A minted {} IDs: the control did not run", ids(&on_a).len());
+    assert_eq!(ids(&on_clone).len(), 0, "the clone minted shard 5, which A holds");
+    assert!(on_clone.len() > 10, "the clone was asked only {} times", on_clone.len());
+    assert_eq!(held(&a), vec![0, 1, 5], "A kept its leases");
+    assert!(held(&clone).iter().all(|s| ![0, 1, 5].contains(s)), "{:?}", held(&clone));
+    assert!(clone.log().contains("a copy of this server"), "the clone did not warn that it is a copy");
+    // The clone's own shards mint.
+    let id: i64 = c.query_one("SELECT next_shard_id(2)", &[]).unwrap().get(0);
+    assert_eq!(id >> 10 & 8191, 2);
+}
+
+#[test]
+fn a_standby_promoted_while_the_primary_runs_mints_none_of_its_ids_then_takes_over_above_them() {
+    let etcd = etcd("lease-split");
+    let mut a = Server::start("lease-split-a", &conf(&leasing(&etcd, "5", 0)));
+    wait_held(&a, &[5], 30);
+    let standby = Server::standby_of(&a, "lease-split-b", &[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let on_a = minter(&a, 5, &stop);
+    standby.wait_for_replay(&a);
+    standby.promote();
+    let on_b = minter(&standby, 5, &stop);
+    std::thread::sleep(Duration::from_secs(2 * TTL_S));
+    stop.store(true, Ordering::Relaxed);
+    let (on_a, on_b) = (on_a.join().unwrap(), on_b.join().unwrap());
+    only_refusals(&on_b);
+    assert!(ids(&on_a).len() > 100, "A minted {} IDs: the control did not run", ids(&on_a).len());
+    assert_eq!(ids(&on_b).len(), 0, "the promoted standby minted shard 5 while A held it");
+    let a_last = *ids(&on_a).iter().max().unwrap();
+    // A stops cleanly: it files its exact mark and gives the lease back;
+    // the promoted standby takes the shard and mints above A's last ID.
+    a.stop("fast");
+    wait_held(&standby, &[5], 30);
+    let first: i64 = standby.client().query_one("SELECT next_shard_id(5)", &[]).unwrap().get(0);
+    assert!(first > a_last, "the new holder's first ID {first} is not above the old one's last {a_last}");
+}
+
+#[test]
+fn after_a_crash_the_next_holder_starts_above_the_last_id_with_its_clock_30_s_behind() {
+    let etcd = etcd("lease-crash");
+    let mut a = Server::start("lease-crash-a", &conf(&leasing(&etcd, "5", 0)));
+    wait_held(&a, &[5], 30);
+    let b = Server::start_with_clock("lease-crash-b", &conf(&leasing(&etcd, "5", 0)));
+    b.set_clock("-30s");
+    let mut c = a.client();
+    let mut a_last = 0i64;
+    for _ in 0..50 {
+        a_last = c.query_one("SELECT max(next_shard_id(5)) FROM generate_series(1, 2000)", &[]).unwrap().get(0);
+    }
+    // B is refused while A holds the lease.
+    assert_eq!(sqlstate(b.client().query_one("SELECT next_shard_id(5)", &[])), "55000");
+    a.stop("immediate");
+    let crashed = Instant::now();
+    // The lease runs out in the store after the TTL; B takes the shard, its
+    // generator above the mark A filed; with B's clock 30 s behind, B refuses
+    // (55000) until its clock is within the lead bound of that mark.
+    wait_held(&b, &[5], 30);
+    let mut cb = b.client();
+    let mut refused = 0;
+    let first = loop {
+        match cb.query_one("SELECT next_shard_id(5)", &[]) {
+            Ok(row) => break row.get::<_, i64>(0),
+            Err(e) => {
+                assert_eq!(sqlstate(Err::<(), _>(e)), "55000");
+                refused += 1;
+                assert!(crashed.elapsed() < Duration::from_secs(120), "B refused for 2 minutes");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    assert!(first > a_last, "B's first ID {first} is not above A's last {a_last}");
+    assert!(refused > 0, "B, 30 s behind, minted at once: its first ID carries a time its clock had not reached");
+}
+
+#[test]
+fn with_the_store_stopped_past_the_ttl_minting_stops_within_the_ttl_and_resumes_when_it_returns() {
+    let mut etcd = etcd("lease-store");
+    let a = Server::start("lease-store-a", &conf(&leasing(&etcd, "5", 0)));
+    wait_held(&a, &[5], 30);
+    let stop = Arc::new(AtomicBool::new(false));
+    let on_a = minter(&a, 5, &stop);
+    std::thread::sleep(Duration::from_secs(1));
+    etcd.stop();
+    let stopped = Instant::now();
+    // The last renewal was sent before `stopped`: it lets A mint until at
+    // most a TTL minus the margin after it.
+    std::thread::sleep(Duration::from_secs(3 * TTL_S));
+    let mut c = a.client();
+    let e = c.query_one("SELECT next_shard_id(5)", &[]).unwrap_err();
+    assert_eq!(code(&e), "55000");
+    assert!(e.as_db_error().and_then(|d| d.detail()).unwrap_or("").contains(&etcd.url()), "{e:?}");
+    etcd.start_again();
+    let returned = Instant::now();
+    wait_held(&a, &[5], 30);
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let calls = on_a.join().unwrap();
+    only_refusals(&calls);
+    let fence = stopped + Duration::from_secs(TTL_S) - MARGIN;
+    let late: Vec<_> = calls.iter().filter(|(t, r)| r.is_ok() && *t > fence && *t < returned).collect();
+    assert!(late.is_empty(), "{} IDs minted in calls sent after the fence and before the store returned", late.len());
+    assert!(calls.iter().any(|(t, r)| r.is_err() && *t < returned), "minting never stopped");
+    assert!(calls.iter().any(|(t, r)| r.is_ok() && *t > returned), "minting did not resume");
+    let all = ids(&calls);
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "IDs did not keep increasing across the outage");
+}
+
+#[test]
+fn a_server_paused_past_its_ttl_mints_nothing_on_waking_and_repeats_nothing() {
+    let etcd = etcd("lease-frozen");
+    let a = Server::start("lease-frozen-a", &conf(&leasing(&etcd, "5", 0)));
+    wait_held(&a, &[5], 30);
+    let b = Server::start("lease-frozen-b", &conf(&leasing(&etcd, "5", 0)));
+    let mut ca = a.client();
+    let a_last: i64 = ca.query_one("SELECT max(next_shard_id(5)) FROM generate_series(1, 10000)", &[]).unwrap().get(0);
+    a.freeze();
+    // Thawed whatever happens next, so that the server can be stopped.
+    struct Thaw<'a>(&'a Server);
+    impl Drop for Thaw<'_> {
+        fn drop(&mut self) {
+            self.0.thaw();
+        }
+    }
+    let thaw = Thaw(&a);
+    wait_held(&b, &[5], 30);
+    let b_ids: Vec<i64> = b.client().query_one("SELECT array_agg(next_shard_id(5)) FROM generate_series(1, 10000)", &[]).unwrap().get(0);
+    assert!(b_ids.iter().all(|id| *id > a_last), "B minted at or below A's last ID");
+    drop(thaw);
+    // At once on waking, and for two TTLs after: A mints nothing.
+    let woke = Instant::now();
+    let mut refused = 0;
+    while woke.elapsed() < Duration::from_secs(2 * TTL_S) {
+        let r = ca.query_one("SELECT next_shard_id(5)", &[]);
+        assert_eq!(sqlstate(r), "55000", "A minted after waking, while B holds the lease");
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(refused > 10);
+    assert!(held(&a).is_empty() && held(&b) == vec![5]);
+}
+
+#[test]
+fn servers_asking_for_free_shards_at_once_get_disjoint_ones_and_a_restart_gets_them_back() {
+    let etcd = etcd("lease-auto");
+    let lines = leasing(&etcd, "", 3);
+    let servers: Vec<Server> = std::thread::scope(|s| {
+        let lines = &lines;
+        let handles: Vec<_> = (0..3).map(|i| s.spawn(move || Server::start(&format!("lease-auto-{i}"), &conf(lines)))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eventually(30, "each server holds 3 shards", || servers.iter().all(|s| held(s).len() == 3));
+    let mut all = HashSet::new();
+    for s in &servers {
+        for shard in held(s) {
+            assert!(all.insert(shard), "shard {shard} is held by two servers");
+        }
+    }
+    assert_eq!(all, (0..9).collect::<HashSet<i32>>(), "not the lowest free shards");
+    // A clean restart gives the leases back and takes the same shards again.
+    let mut servers = servers;
+    let before = held(&servers[1]);
+    servers[1].restart();
+    wait_held(&servers[1], &before, 30);
+    assert_eq!(held(&servers[1]), before);
+    // So does a crash, once the old lease has run out (the shards wait for it).
+    let before = held(&servers[2]);
+    servers[2].stop("immediate");
+    servers[2].start_process();
+    wait_held(&servers[2], &before, 30);
+    assert_eq!(held(&servers[2]), before);
+}
+
+#[test]
+fn with_the_store_unreachable_at_start_minting_refuses_then_resumes_by_itself() {
+    let mut etcd = etcd("lease-start");
+    etcd.stop();
+    let a = Server::start("lease-start-a", &conf(&leasing(&etcd, "5", 0)));
+    let mut c = a.client();
+    std::thread::sleep(Duration::from_secs(2));
+    let e = c.query_one("SELECT next_shard_id(5)", &[]).unwrap_err();
+    assert_eq!(code(&e), "55000");
+    let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or("").to_string();
+    assert!(detail.contains("cannot be reached") && detail.contains(&etcd.url()), "{detail}");
+    // Shards it does not ask for never mint, and UUIDs are not leased.
+    let e = c.query_one("SELECT next_shard_id(6)", &[]).unwrap_err();
+    assert!(e.as_db_error().and_then(|d| d.detail()).unwrap_or("").contains("does not ask for shard 6"), "{e:?}");
+    c.query_one("SELECT uuid_v7()", &[]).unwrap();
+    etcd.start_again();
+    wait_held(&a, &[5], 30);
+    let id: i64 = c.query_one("SELECT next_shard_id(5)", &[]).unwrap().get(0);
+    assert_eq!(id >> 10 & 8191, 5);
+}
+
+#[test]
+fn a_lease_setting_that_cannot_be_read_stops_the_server_from_starting() {
+    let s = Server::init_stopped("lease-bad", &["shared_preload_libraries = 'pg_idgen'", "pg_idgen.lease_shards = '5-3'"]);
+    let out = s.run_as_owner_unchecked("pg_ctl", &["-D", &s.data(), "-l", "bad.log", "-w", "-t", "30", "start"]);
+    assert!(!out.status.success(), "the server started with pg_idgen.lease_shards = '5-3'");
+    let log = std::fs::read_to_string(s.dir.join("bad.log")).unwrap_or_default();
+    assert!(log.contains("invalid value for parameter \"pg_idgen.lease_shards\""), "{log}");
+}
