@@ -319,3 +319,48 @@ fn a_lease_setting_that_cannot_be_read_stops_the_server_from_starting() {
     let log = std::fs::read_to_string(s.dir.join("bad.log")).unwrap_or_default();
     assert!(log.contains("invalid value for parameter \"pg_idgen.lease_shards\""), "{log}");
 }
+
+#[test]
+fn a_clock_stepping_forward_stops_at_the_filed_mark_and_a_terminated_keeper_gives_back_and_retakes() {
+    let etcd = etcd("lease-step");
+    let a = Server::start_with_clock("lease-step-a", &conf(&leasing(&etcd, "5", 0)));
+    wait_held(&a, &[5], 30);
+    let mut c = a.client();
+    let before: i64 = c.query_one("SELECT max(next_shard_id(5)) FROM generate_series(1, 1000)", &[]).unwrap().get(0);
+    let mark: i64 = c
+        .query_one("SELECT (extract(epoch FROM mark) * 1000)::bigint FROM shard_leases() WHERE shard = 5", &[])
+        .unwrap()
+        .get(0);
+    // An hour ahead: the next ID would carry a time past the filed mark.
+    a.set_clock("+3600s");
+    let e = c.query_one("SELECT next_shard_id(5)", &[]).unwrap_err();
+    let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert_eq!((code(&e).as_str(), message.as_str()), ("55000", "the next ID of shard 5 would pass the mark filed with its lease"));
+    // No ID passes it, however many calls are made (the keeper's own clock
+    // is not shifted here: libfaketime shifts the backends only).
+    for _ in 0..20 {
+        assert_eq!(sqlstate(c.query_one("SELECT next_shard_id(5)", &[])), "55000");
+    }
+    let filed: i64 = c
+        .query_one("SELECT (extract(epoch FROM mark) * 1000)::bigint FROM shard_leases() WHERE shard = 5", &[])
+        .unwrap()
+        .get(0);
+    assert!(filed >= mark, "the filed mark went back");
+    a.set_clock("+0s");
+    let after: i64 = c.query_one("SELECT next_shard_id(5)", &[]).unwrap().get(0);
+    assert!(after > before && (after >> 23) + 1_767_225_600_000 <= filed, "{after} is not above {before}, or past the mark {filed}");
+    // A terminated keeper stops minting, gives the lease back, and its
+    // successor (started by PostgreSQL after 1 s) takes the shard again.
+    let pid: i32 = c.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen lease keeper'", &[]).unwrap().get(0);
+    c.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    eventually(30, "a new keeper holds the shard", || {
+        let other: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idgen lease keeper' AND pid <> $1", &[&pid])
+            .unwrap()
+            .get(0);
+        other == 1 && held(&a) == vec![5]
+    });
+    let last: i64 = c.query_one("SELECT next_shard_id(5)", &[]).unwrap().get(0);
+    assert!(last > after, "{last} is not above {after}");
+    assert!(a.log().contains("gave back the lease on shards 5"), "the keeper did not give the lease back");
+}

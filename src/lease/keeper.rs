@@ -52,6 +52,7 @@ pub fn register() {
         .set_type("pg_idgen lease keeper")
         .set_library("pg_idgen")
         .set_function("pg_idgen_lease_keeper")
+        .enable_spi_access()
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
         .set_restart_time(Some(Duration::from_secs(1)))
         .load();
@@ -61,6 +62,9 @@ pub fn register() {
 #[no_mangle]
 pub extern "C-unwind" fn pg_idgen_lease_keeper(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    // Connected to no database: it shows in pg_stat_activity, and stands in
+    // no database's way.
+    BackgroundWorker::connect_worker_to_spi(None, None);
     let mut keeper = Keeper::new();
     log!(
         "pg_idgen lease keeper: server identity {}, asking the lease store at {} for shards [{}] and {} free ones (TTL {} s)",
