@@ -43,14 +43,23 @@ pub fn timestamptz(us: i64) -> TimestampWithTimeZone {
     TimestampWithTimeZone::try_from(us).map_err(|_| IdError::TimeOutOfRange).or_raise()
 }
 
-/// Nanoseconds of CLOCK_BOOTTIME: never steps with the wall clock, and
-/// counts time the machine spends suspended, as a lease store's clock on
-/// another machine does. The same clock in every process, so that a
-/// deadline one process sets in shared memory holds for all (see `lease`).
+/// Nanoseconds of CLOCK_MONOTONIC_COARSE: never steps with the wall
+/// clock, the same in every process (so that a deadline one process sets in
+/// shared memory holds for all, see `lease`), and read from memory without
+/// a clock read proper (a few ns, where CLOCK_MONOTONIC costs about 25). It
+/// lags the true monotonic time by up to its resolution ([`coarse_res_ns`]).
 #[inline]
-pub fn boottime_ns() -> u64 {
+pub fn coarse_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: writes only `ts`; CLOCK_BOOTTIME exists on every Linux PostgreSQL runs on.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    // SAFETY: writes only `ts`; the clock exists on every Linux PostgreSQL runs on.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// The resolution of [`coarse_ns`] (a tick of the kernel, 1 to 10 ms).
+pub fn coarse_res_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes only `ts`.
+    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64).max(1)
 }

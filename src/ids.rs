@@ -32,13 +32,14 @@ pub fn mint(shard: Shard, function: &'static str) -> i64 {
 /// shard released, a clock behind); other errors are raised.
 #[inline]
 pub fn try_mint(shard: Shard, function: &'static str) -> Result<i64, CoreError> {
-    let slot = &shared::state().or_raise().shards[shard.index()];
+    let state = shared::state().or_raise();
+    let slot = &state.shards[shard.index()];
     mark::check_writable(function);
     fleet::check(shard).or_raise();
     let epoch_ms = epoch::for_minting();
     let reservation = DbReservation::loaded(epoch_ms);
     let lead = settings::max_clock_lead_ms();
-    let minted = match lease::check(shard).or_raise() {
+    let minted = match lease::check(&state.leases, shard).or_raise() {
         None => generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms),
         Some(mark_ms) => {
             let capped = lease::Capped { inner: &reservation, cap_ms: mark_ms - epoch_ms };

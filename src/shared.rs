@@ -129,7 +129,7 @@ pub struct FleetState {
 pub struct LeaseState {
     /// A lease store is configured: every shard mints only under a lease.
     pub enabled: bool,
-    /// Per shard: the monotonic time (CLOCK_BOOTTIME, ns) until which it
+    /// Per shard: the monotonic time (`clock::coarse_ns`) until which it
     /// may mint; 0 when it holds no lease.
     pub valid_until_ns: [AtomicU64; MAX_SHARD as usize + 1],
     /// Per shard: the mark filed in the store (Unix ms), which no ID minted

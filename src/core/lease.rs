@@ -29,10 +29,12 @@ pub fn margin_ms(ttl_ms: u64) -> u64 {
 }
 
 /// The monotonic time (ns) until which a lease renewed by a request sent
-/// at `sent_ns`, granted `ttl_ms`, lets the server mint.
-pub fn valid_until_ns(sent_ns: u64, ttl_ms: u64) -> u64 {
+/// at `sent_ns`, granted `ttl_ms`, lets the server mint, read on a clock
+/// that lags true time by up to `clock_res_ns` (a coarse clock: a reading
+/// taken after the deadline may show a time before it by that much).
+pub fn valid_until_ns(sent_ns: u64, ttl_ms: u64, clock_res_ns: u64) -> u64 {
     let ms = ttl_ms.saturating_sub(margin_ms(ttl_ms));
-    sent_ns.saturating_add(ms * 1_000_000)
+    sent_ns.saturating_add(ms * 1_000_000).saturating_sub(clock_res_ns).max(sent_ns)
 }
 
 /// How often the keeper renews: three times per TTL, so that one renewal
@@ -176,14 +178,17 @@ mod tests {
         // TTL 10 s, sent at 5 s: minting until 13 s, the store keeps it
         // until at least 15 s.
         assert_eq!(margin_ms(10_000), 2000);
-        assert_eq!(valid_until_ns(5_000_000_000, 10_000), 13_000_000_000);
+        assert_eq!(valid_until_ns(5_000_000_000, 10_000, 1), 12_999_999_999);
+        // A coarse clock's resolution comes off too.
+        assert_eq!(valid_until_ns(5_000_000_000, 10_000, 4_000_000), 12_996_000_000);
         // Short TTLs keep a one-second margin.
         assert_eq!(margin_ms(2_000), 1000);
-        assert_eq!(valid_until_ns(0, 2_000), 1_000_000_000);
+        assert_eq!(valid_until_ns(0, 2_000, 1), 999_999_999);
         // A TTL shorter than the margin never lets the server mint.
-        assert_eq!(valid_until_ns(7, 500), 7);
+        assert_eq!(valid_until_ns(7, 500, 1), 7);
+        assert_eq!(valid_until_ns(7, 1000, 4_000_000), 7);
         for ttl in [1000, 2000, 5000, 10_000, 60_000, 600_000] {
-            assert!(valid_until_ns(0, ttl) < ttl * 1_000_000, "{ttl}");
+            assert!(valid_until_ns(0, ttl, 1) < ttl * 1_000_000, "{ttl}");
             assert!(renew_every_ms(ttl) * 2 < ttl.saturating_sub(margin_ms(ttl)) || ttl < 3000, "{ttl}");
         }
     }

@@ -100,6 +100,8 @@ struct Keeper {
     owner: String,
     system_id: u64,
     started_ns: u64,
+    /// The resolution of the clock deadlines are read on.
+    clock_res_ns: u64,
     /// The lease and the monotonic time until which it lets this server mint.
     lease: Option<i64>,
     valid_until_ns: u64,
@@ -142,7 +144,8 @@ impl Keeper {
             ttl_s: settings::lease_ttl_s(),
             owner: rules::owner_value(super::identity(), system_id, &description),
             system_id,
-            started_ns: clock::boottime_ns(),
+            started_ns: clock::coarse_ns(),
+            clock_res_ns: clock::coarse_res_ns(),
             lease: None,
             valid_until_ns: 0,
             held: BTreeMap::new(),
@@ -197,7 +200,7 @@ impl Keeper {
     }
 
     fn try_round(&mut self) -> Result<(), String> {
-        let sent = clock::boottime_ns();
+        let sent = clock::coarse_ns();
         let ttl = match self.lease {
             Some(id) => self.store.keepalive(id)?,
             None => 0,
@@ -212,7 +215,7 @@ impl Keeper {
             }
             self.new_lease()?;
         } else {
-            self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000);
+            self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
         }
         let lease = self.lease.ok_or("no lease")?;
         self.ask(lease)?;
@@ -224,7 +227,7 @@ impl Keeper {
     /// A lease: the one this postmaster's keys are attached to (a keeper
     /// restarted after a crash), or a new one.
     fn new_lease(&mut self) -> Result<(), String> {
-        let sent = clock::boottime_ns();
+        let sent = clock::coarse_ns();
         let mine: Vec<Kv> = self
             .shard_keys()?
             .into_iter()
@@ -234,7 +237,7 @@ impl Keeper {
             let ttl = self.store.keepalive(kv.lease)?;
             if ttl > 0 {
                 self.lease = Some(kv.lease);
-                self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000);
+                self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
                 // Its own marks: the generators, started after the crash
                 // above every ID minted before it, are not raised to them.
                 for kv in mine.iter().filter(|k| k.lease == kv.lease) {
@@ -246,10 +249,10 @@ impl Keeper {
                 return Ok(());
             }
         }
-        let sent = clock::boottime_ns();
+        let sent = clock::coarse_ns();
         let (id, ttl) = self.store.grant(self.ttl_s)?;
         self.lease = Some(id);
-        self.valid_until_ns = rules::valid_until_ns(sent, ttl.max(0) as u64 * 1000);
+        self.valid_until_ns = rules::valid_until_ns(sent, ttl.max(0) as u64 * 1000, self.clock_res_ns);
         Ok(())
     }
 
@@ -286,7 +289,7 @@ impl Keeper {
             Some(_) => Seen::Other,
             None => Seen::Free,
         };
-        let patient = clock::boottime_ns().saturating_sub(self.started_ns) < self.ttl_ms() * 1_500_000;
+        let patient = clock::coarse_ns().saturating_sub(self.started_ns) < self.ttl_ms() * 1_500_000;
         let ask = rules::to_ask(&self.named, self.auto, &self.preferred, patient, seen);
         for s in ask {
             if let Some(kv) = taken.get(&s) {
@@ -327,7 +330,7 @@ impl Keeper {
     /// Files each held shard's mark for the validity just renewed; drops
     /// the shards whose keys are no longer attached to the lease.
     fn file_marks(&mut self, lease: i64) -> Result<(), String> {
-        let now_ns = clock::boottime_ns();
+        let now_ns = clock::coarse_ns();
         let valid_for_ms = self.valid_until_ns.saturating_sub(now_ns) / 1_000_000;
         let mark = rules::mark_ms(clock::unix_us().div_euclid(1000), valid_for_ms, settings::max_clock_lead_ms());
         let shards: Vec<u16> = self.held.keys().copied().collect();

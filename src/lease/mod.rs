@@ -9,8 +9,9 @@
 //!   attaches the shard keys it wins to it, renews it, files each shard's
 //!   mark in the store and publishes to shared memory, per shard, the mark
 //!   and the monotonic time until which it may mint (see `core::lease`).
-//! - Minting reads both: one clock reading and two loads per ID, nothing
-//!   over the network. Without a store configured, one load of a constant.
+//! - Minting reads both: a coarse monotonic clock (read from memory) and
+//!   two loads per ID, nothing over the network. Without a store
+//!   configured, one load of a constant.
 
 pub mod etcd;
 mod keeper;
@@ -25,21 +26,21 @@ use crate::core::error::CoreError;
 use crate::core::generator::Reservation;
 use crate::core::layout::{self, Shard, MAX_SHARD};
 use crate::errors::{IdError, LeaseWhy, OrRaise};
-use crate::{settings, shared};
+use crate::shared::{self, LeaseState};
+use crate::settings;
 
 pub use keeper::register;
 
 /// Whether a shard may mint under its lease now: `None` without a lease
 /// store, else the mark (Unix ms) its IDs must not pass.
 #[inline]
-pub fn check(shard: Shard) -> Result<Option<i64>, IdError> {
-    let leases = &shared::state()?.leases;
+pub fn check(leases: &LeaseState, shard: Shard) -> Result<Option<i64>, IdError> {
     if !leases.enabled {
         return Ok(None);
     }
     let i = shard.index();
     let until = leases.valid_until_ns[i].load(Ordering::Acquire);
-    if until == 0 || clock::boottime_ns() >= until {
+    if until == 0 || clock::coarse_ns() >= until {
         return Err(not_held(shard.index() as i32));
     }
     Ok(Some(leases.cap_ms[i].load(Ordering::Acquire)))
@@ -109,7 +110,7 @@ fn shard_leases() -> TableIterator<
     if !leases.enabled {
         return TableIterator::new(Vec::new());
     }
-    let now = clock::boottime_ns();
+    let now = clock::coarse_ns();
     let rows: Vec<_> = (0..=MAX_SHARD as usize)
         .filter_map(|i| {
             let why = LeaseWhy::from_u32(leases.why[i].load(Ordering::Acquire));
