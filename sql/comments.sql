@@ -60,6 +60,8 @@ COMMENT ON FUNCTION id_generator_server_status() IS
     'pg_idgen: the epoch, the range left, this database''s high-water mark, the UUIDv7 generator, and how far ahead of the clock minting must stay';
 COMMENT ON FUNCTION shard_leases() IS
     'pg_idgen: the shards this server leases from its lease store (pg_idgen.lease_store), their state, validity and mark';
+COMMENT ON FUNCTION pg_idgen_follow_ids() IS
+    'pg_idgen: trigger function for a logical-replication subscriber: raises the generators above each replicated ID (acts only in replica mode)';
 COMMENT ON FUNCTION pg_idgen_table_changed() IS 'pg_idgen: trigger function (a table of the extension changed)';
 COMMENT ON FUNCTION pg_idgen_ownership_changed() IS 'pg_idgen: trigger function (shard ownership changed)';
 COMMENT ON FUNCTION pg_idgen_epoch_replaced() IS 'pg_idgen: trigger function (one recorded epoch per database)';
@@ -76,6 +78,9 @@ REVOKE EXECUTE ON FUNCTION
     shard_schema_registry_keyed(), shard_schemas_forget_dropped(), shard_schemas_key_by_name(),
     shard_schemas_follow_renamed()
     FROM PUBLIC;
+-- The replica trigger raises server-wide generators: its triggers are
+-- created by a superuser, or by a role granted EXECUTE on it.
+REVOKE EXECUTE ON FUNCTION pg_idgen_follow_ids() FROM PUBLIC;
 COMMENT ON FUNCTION citus_shard_take(text, bigint) IS
     'pg_idgen on Citus: hands the shard of a distributed schema to the node holding its data (run on the coordinator, as the extension''s owner)';
 COMMENT ON FUNCTION citus_shard_take_back(int, bool) IS

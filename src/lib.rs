@@ -11,7 +11,8 @@
 //! `catalog` (the one door to the catalog), `citus` (on a Citus cluster,
 //! the node holding a shard's data mints it; others forward to it),
 //! `shared` (shared memory), `settings` (GUCs), `backend`, `clock`,
-//! `random`, and `errors` (every error and the one way to raise it).
+//! `random`, `follow` (on a logical-replication subscriber, generators
+//! follow the replicated IDs), and `errors` (every error and the one way to raise it).
 
 use pgrx::prelude::*;
 
@@ -23,6 +24,7 @@ pub mod core;
 mod epoch;
 mod errors;
 mod fleet;
+mod follow;
 mod ids;
 mod lease;
 mod mark;
