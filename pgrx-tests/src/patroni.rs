@@ -95,6 +95,8 @@ pub struct Config {
     pub synchronous: bool,
     /// SQL the `post_bootstrap` script runs after `CREATE EXTENSION pg_idgen`.
     pub post_bootstrap_sql: String,
+    /// More PostgreSQL parameters for every node, through the DCS (`name: value` lines).
+    pub parameters: Vec<String>,
 }
 
 pub struct Node {
@@ -252,7 +254,7 @@ bootstrap:
         max_connections: 50
         wal_log_hints: 'on'
         fsync: 'off'
-  initdb:
+{extra}  initdb:
     - encoding: UTF8
     - locale: C
   post_bootstrap: {post}
@@ -280,6 +282,7 @@ postgresql:
     - host replication all 127.0.0.1/32 trust
 ",
                 etcd = etcd.port,
+                extra = config.parameters.iter().map(|p| format!("        {p}\n")).collect::<String>(),
                 post = post_bootstrap.display(),
                 data = node_dir.join("data").display(),
                 bin = bin.display(),

@@ -101,13 +101,25 @@ mod patroni {
         }
     }
 
+    /// The lease TTL of the clusters that lease their shard from the DCS's etcd.
+    const LEASE_TTL_S: u64 = 10;
+
     /// etcd and a cluster of `nodes` with the events table, and three clients
-    /// inserting into it for 5 s already. (Dropped in reverse: clients, cluster, etcd.)
-    fn under_load(scope: &str, nodes: usize, synchronous: bool) -> (Etcd, Cluster, Workload) {
+    /// inserting into it for 5 s already; with `leases`, every node leases
+    /// shard 7 from the same etcd. (Dropped in reverse: clients, cluster, etcd.)
+    fn under_load(scope: &str, nodes: usize, synchronous: bool, leases: bool) -> (Etcd, Cluster, Workload) {
         require_patroni();
         let dir = harness::test_dir(scope);
         let etcd = Etcd::start(&dir);
-        let config = Config { nodes, synchronous, post_bootstrap_sql: TABLE.into() };
+        let parameters = match leases {
+            true => vec![
+                format!("pg_idgen.lease_store: 'http://127.0.0.1:{}'", etcd.port),
+                "pg_idgen.lease_shards: '7'".into(),
+                format!("pg_idgen.lease_ttl: {LEASE_TTL_S}"),
+            ],
+            false => vec![],
+        };
+        let config = Config { nodes, synchronous, post_bootstrap_sql: TABLE.into(), parameters };
         let cluster = Cluster::start(&etcd, &dir, scope, &config);
         let workload = Workload::start(&cluster.conninfo(), 3, INSERT);
         workload.wait_for_ack_after(Instant::now(), 30);
@@ -121,7 +133,7 @@ mod patroni {
     /// acknowledged gets a larger ID and UUID, and every outage is bounded.
     #[test]
     fn failovers_under_patroni_lose_and_repeat_nothing() {
-        let (_etcd, cluster, workload) = under_load("sync", 3, true);
+        let (_etcd, cluster, workload) = under_load("sync", 3, true, false);
 
         let mut events = Vec::new();
         let mut event = |name: &'static str, act: &dyn Fn(usize) -> usize| {
@@ -357,13 +369,31 @@ mod patroni {
         );
     }
 
+    /// A killed primary, measured without and with shard leases (the same
+    /// etcd as Patroni's), one after the other: each keeps every ID and UUID
+    /// unique and in order; the lease adds at most its TTL to the outage.
+    #[test]
+    fn asynchronous_replication_under_a_killed_primary_is_measured_with_and_without_leases() {
+        let without = killed_primary("async", false);
+        let with = killed_primary("leased", true);
+        println!(
+            "outage after a killed primary: {:.1} s without shard leases, {:.1} s with them (pg_idgen.lease_ttl = {LEASE_TTL_S} s, Patroni ttl = 10 s)",
+            without.as_secs_f64(),
+            with.as_secs_f64()
+        );
+        assert!(
+            with < without + Duration::from_secs(LEASE_TTL_S + 5),
+            "the lease added {:?} to the outage",
+            with.saturating_sub(without)
+        );
+    }
+
     /// Asynchronous replication, two nodes, a primary killed under load. What
     /// docs/patroni.md says of it: rows acknowledged in the last moments may be lost
     /// and their IDs handed out again; the new primary's own rows never repeat
-    /// an ID, and it mints above everything it replayed.
-    #[test]
-    fn asynchronous_replication_under_a_killed_primary_is_measured() {
-        let (_etcd, cluster, workload) = under_load("async", 2, false);
+    /// an ID, and it mints above everything it replayed. Returns the outage.
+    fn killed_primary(scope: &str, leases: bool) -> Duration {
+        let (_etcd, cluster, workload) = under_load(scope, 2, false, leases);
         let leader = cluster.wait_healthy();
         let start = Instant::now();
         cluster.crash_postgres(leader);
@@ -384,7 +414,7 @@ mod patroni {
             recovered,
         }];
         print_events(
-            "Patroni, asynchronous replication, 2 nodes, 3 clients:",
+            if leases { "Patroni, asynchronous replication, 2 nodes, 3 clients, shard 7 leased:" } else { "Patroni, asynchronous replication, 2 nodes, 3 clients:" },
             &acks,
             &events,
         );
@@ -425,7 +455,13 @@ mod patroni {
             "UUIDs out of order"
         );
         let out = outage(&acks, start, recovered + Duration::from_secs(3));
-        assert!(out < Duration::from_secs(20), "no write for {out:?}");
+        let bound = Duration::from_secs(if leases { 20 + LEASE_TTL_S } else { 20 });
+        assert!(out < bound, "no write for {out:?}");
+        if leases {
+            // Refusals while the old primary's lease runs out are 55000, never a repeat.
+            assert!(count_codes(&failures).iter().all(|(code, _)| code != "23505"), "{:?}", count_codes(&failures));
+        }
+        out
     }
 
     /// A shard moved between two Patroni clusters: released on A, A fails over
@@ -446,6 +482,7 @@ mod patroni {
                 nodes: 2,
                 synchronous: true,
                 post_bootstrap_sql: String::new(),
+                parameters: vec![],
             },
         );
         let b = Cluster::start(
@@ -456,6 +493,7 @@ mod patroni {
                 nodes: 1,
                 synchronous: false,
                 post_bootstrap_sql: String::new(),
+                parameters: vec![],
             },
         );
         let mut ca = postgres::Client::connect(&a.conninfo(), postgres::NoTls).unwrap();
