@@ -37,12 +37,14 @@ pub enum LeaseWhy {
     Lost = 5,
     /// Given back: the keeper stopped.
     Released = 6,
+    /// Its mark in the store cannot be used (unreadable, another epoch).
+    Refused = 7,
 }
 
 impl LeaseWhy {
     pub fn from_u32(v: u32) -> LeaseWhy {
         use LeaseWhy::*;
-        [NotAsked, Asking, Held, HeldElsewhere, Unreachable, Lost, Released].into_iter().find(|w| *w as u32 == v).unwrap_or(NotAsked)
+        [NotAsked, Asking, Held, HeldElsewhere, Unreachable, Lost, Released, Refused].into_iter().find(|w| *w as u32 == v).unwrap_or(NotAsked)
     }
 
     /// The state as `shard_leases()` shows it.
@@ -55,6 +57,7 @@ impl LeaseWhy {
             LeaseWhy::Unreachable => "store unreachable",
             LeaseWhy::Lost => "lost",
             LeaseWhy::Released => "released",
+            LeaseWhy::Refused => "refused",
         }
     }
 }
@@ -99,6 +102,8 @@ pub enum IdError {
     InvalidSetting { name: &'static str, why: String },
     /// With a lease store configured, a shard this server holds no valid lease on.
     LeaseNotHeld { shard: i32, why: LeaseWhy, store: String },
+    /// A claims function called with a lease store configured.
+    OwnershipFromLeases(&'static str),
     /// The next ID of a leased shard would pass the mark filed in the store.
     PastLeaseMark(Option<i32>),
     /// A layout name `id_decode(id, layout)` does not know.
@@ -207,7 +212,7 @@ impl IdError {
             ShardsOverlap { .. } => ERRCODE_UNIQUE_VIOLATION,
             ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             InvalidEpoch(_) | PublicKeyInvalid | InvalidSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
-            LeaseNotHeld { .. } | PastLeaseMark(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            LeaseNotHeld { .. } | PastLeaseMark(_) | OwnershipFromLeases(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
             UnknownLayout(_) | AdoptAhead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             NotFleetDatabase(_) | OwnershipNotLoaded { .. } | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -345,14 +350,20 @@ impl IdError {
                     LeaseWhy::NotAsked => format!(
                         "With pg_idgen.lease_store set, this server mints only the shards it holds leases on, and it does not ask for shard {shard} (pg_idgen.lease_shards, pg_idgen.lease_auto_shards)."
                     ),
-                    LeaseWhy::Asking => format!("The lease keeper has asked the store at {store} for it and has no answer yet."),
+                    LeaseWhy::Asking => format!("The lease keeper has not been granted it by the store at {store} yet (if the keeper is not running, the server log says why: max_worker_processes)."),
                     LeaseWhy::Held => format!("Its lease was not renewed in time (the store at {store} did not answer); minting resumes once it is."),
                     LeaseWhy::HeldElsewhere => "Another server holds its lease; this server takes it once that lease is given back or runs out.".into(),
                     LeaseWhy::Unreachable => format!("The lease store at {store} cannot be reached; minting resumes once the lease is granted or renewed."),
                     LeaseWhy::Lost => format!("The store at {store} let its lease run out (this server was paused or cut off past the TTL); the keeper asks for it again."),
                     LeaseWhy::Released => "This server gave its lease back.".into(),
+                    LeaseWhy::Refused => "Its mark in the store cannot be used (unreadable, or filed under another pg_idgen.epoch); the server log says which.".into(),
                 }),
                 Some("SELECT * FROM shard_leases() shows the leases this server holds; its log says what the lease keeper does.".into()),
+            ),
+            OwnershipFromLeases(f) => (
+                format!("{f} cannot change shard ownership on a server with a lease store"),
+                Some("With pg_idgen.lease_store set, the shards this server mints are those it leases (pg_idgen.lease_shards, pg_idgen.lease_auto_shards).".into()),
+                Some("Change those settings and restart; SELECT * FROM shard_leases() shows what this server holds.".into()),
             ),
             PastLeaseMark(s) => (
                 match s {

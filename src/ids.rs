@@ -36,10 +36,12 @@ pub fn try_mint(shard: Shard, function: &'static str) -> Result<i64, CoreError> 
     let slot = &state.shards[shard.index()];
     mark::check_writable(function);
     fleet::check(shard).or_raise();
+    // Before the reservation is loaded: a shard not leased here moves no mark.
+    let leased = lease::check(&state.leases, shard).or_raise();
     let epoch_ms = epoch::for_minting();
     let reservation = DbReservation::loaded(epoch_ms);
     let lead = settings::max_clock_lead_ms();
-    let minted = match lease::check(&state.leases, shard).or_raise() {
+    let minted = match leased {
         None => generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms),
         Some(mark_ms) => {
             let capped = lease::Capped { inner: &reservation, cap_ms: mark_ms - epoch_ms };

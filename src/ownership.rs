@@ -79,9 +79,18 @@ fn claim_holding(shard: Shard) -> Option<(i32, i32)> {
     Some((r[0], r[1]))
 }
 
+/// With a lease store, the store decides which shards this server mints
+/// (see `lease`): the claims functions refuse, so that there is one source.
+fn not_with_leases(function: &'static str) {
+    if crate::settings::lease_store().is_some() {
+        IdError::OwnershipFromLeases(function).raise()
+    }
+}
+
 /// Claims shards `first_shard` to `last_shard` for this server.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_claim(first_shard: i32, last_shard: i32) {
+    not_with_leases("shard_claim");
     let (first, last) = (Shard::new(first_shard).or_raise(), Shard::new(last_shard).or_raise());
     if first.index() > last.index() {
         IdError::ShardRangeInvalid { first: first_shard, last: last_shard }.raise()
@@ -116,6 +125,7 @@ fn shard_claim(first_shard: i32, last_shard: i32) {
 /// owner.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_release(shard: i32) -> i64 {
+    not_with_leases("shard_release");
     let shard = Shard::new(shard).or_raise();
     mark::check_writable("shard_release");
     let _writing = lock_claims(pg_sys::ACL_DELETE);
@@ -150,6 +160,7 @@ fn shard_release(shard: i32) -> i64 {
 /// `after` (the ID `shard_release` returned there) for it.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_adopt(shard: i32, after: i64) {
+    not_with_leases("shard_adopt");
     let shard = Shard::new(shard).or_raise();
     let parts = layout::decompose(after).or_raise();
     if parts.shard != shard.index() as i32 {
@@ -190,6 +201,7 @@ fn shard_adopt(shard: i32, after: i64) {
 /// Refused while shards it released have not been adopted back.
 #[pg_extern(volatile, parallel_unsafe)]
 fn shard_own_all() {
+    not_with_leases("shard_own_all");
     mark::check_writable("shard_own_all");
     let _writing = lock_claims(pg_sys::ACL_DELETE);
     let released: Option<i32> = catalog::query_one(&format!("SELECT min(shard) FROM {}", table("shard_releases")), &[]);

@@ -183,9 +183,9 @@ pub fn lease_store() -> Option<String> {
     text(&LEASE_STORE)
 }
 
-/// `pg_idgen.lease_prefix`.
+/// `pg_idgen.lease_prefix`, ending in `/`.
 pub fn lease_prefix() -> String {
-    text(&LEASE_PREFIX).unwrap_or_else(|| "/pg_idgen/".into())
+    crate::core::lease::normalized_prefix(&text(&LEASE_PREFIX).unwrap_or_default())
 }
 
 /// `pg_idgen.lease_shards`, read.

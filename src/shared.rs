@@ -192,6 +192,12 @@ impl SharedState {
         for slot in &state.shards {
             slot.last.store(start.id_floor, Ordering::Relaxed);
         }
+        // Asked for from the start (the keeper may not be running yet).
+        if state.leases.enabled {
+            for s in crate::settings::lease_shards().unwrap_or_default() {
+                state.leases.why[s as usize].store(crate::errors::LeaseWhy::Asking as u32, Ordering::Relaxed);
+            }
+        }
         state.uuid.last.store(start.uuid_floor, Ordering::Relaxed);
         for (slot, (dboid, ms)) in state.held.iter().zip(start.held) {
             slot.dboid.store(dboid, Ordering::Relaxed);

@@ -67,6 +67,37 @@ impl Etcd {
         eventually(30, "etcd answers", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     }
 
+    /// Stops it answering (SIGSTOP), as a stalled store would; `resume` undoes it.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let child = self.child.as_ref().expect("etcd runs");
+        let _ = std::process::Command::new("kill").arg(sig).arg(child.id().to_string()).status();
+    }
+
+    /// Writes `value` at `key`, as another tool would (the v3 JSON gateway).
+    pub fn put(&self, key: &str, value: &str) {
+        use std::io::{Read, Write};
+        let body = format!("{{\"key\":\"{}\",\"value\":\"{}\"}}", b64(key), b64(value));
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(s, "POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    fn resume_if_running(&self) {
+        if self.child.is_some() {
+            self.resume();
+        }
+    }
+
     /// Kills it (SIGKILL); its data stays.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -76,8 +107,27 @@ impl Etcd {
     }
 }
 
+/// Base64 (standard alphabet, padded), for the JSON gateway.
+fn b64(text: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in text.as_bytes().chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
+        self.resume_if_running();
         self.stop();
         if std::env::var_os("PG_IDGEN_E2E_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);

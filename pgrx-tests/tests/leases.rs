@@ -364,3 +364,74 @@ fn a_clock_stepping_forward_stops_at_the_filed_mark_and_a_terminated_keeper_give
     assert!(last > after, "{last} is not above {after}");
     assert!(a.log().contains("gave back the lease on shards 5"), "the keeper did not give the lease back");
 }
+
+#[test]
+fn addresses_of_two_etcd_clusters_are_refused_rather_than_leased_from_both() {
+    let (e1, e2) = (etcd("lease-two-1"), etcd("lease-two-2"));
+    let lines = vec![
+        format!("pg_idgen.lease_store = '{},{}'", e1.url(), e2.url()),
+        "pg_idgen.lease_shards = '7'".into(),
+        format!("pg_idgen.lease_ttl = {TTL_S}"),
+    ];
+    let a = Server::start("lease-two-a", &conf(&lines));
+    eventually(30, "the keeper says why it leases nothing", || a.log().contains("belong to different etcd clusters"));
+    assert!(held(&a).is_empty());
+    let e = a.client().query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
+    assert_eq!(code(&e), "55000");
+}
+
+#[test]
+fn a_mark_that_cannot_be_read_or_was_filed_under_another_epoch_is_refused() {
+    let etcd = etcd("lease-mark");
+    let a = Server::start("lease-mark-a", &conf(&leasing(&etcd, "9", 0)));
+    wait_held(&a, &[9], 30);
+    a.client().query_one("SELECT max(next_shard_id(9)) FROM generate_series(1, 1000)", &[]).unwrap();
+    drop(a);
+    // Garbage in the mark: the next holder refuses the shard rather than start at 0.
+    etcd.put("/pg_idgen/mark/0009", "garbage");
+    let b = Server::start("lease-mark-b", &conf(&leasing(&etcd, "9", 0)));
+    eventually(30, "the keeper refuses shard 9", || b.log().contains("shard 9 is not minted here: the mark \"garbage\" cannot be read"));
+    let e = b.client().query_one("SELECT next_shard_id(9)", &[]).unwrap_err();
+    assert_eq!(code(&e), "55000");
+    assert!(e.as_db_error().and_then(|d| d.detail()).unwrap_or("").contains("cannot be used"), "{e:?}");
+    drop(b);
+    // A mark filed by a server with another epoch: refused the same way.
+    etcd.put("/pg_idgen/mark/0009", "1800000000000 1767225600000");
+    let c = Server::start(
+        "lease-mark-c",
+        &conf(&[leasing(&etcd, "9", 0), vec!["pg_idgen.epoch = '2026-01-01 00:01:00+00'".into()]].concat()),
+    );
+    eventually(30, "the keeper refuses shard 9", || c.log().contains("shard 9 is not minted here: the mark was filed by a server whose pg_idgen.epoch"));
+    assert_eq!(sqlstate(c.client().query_one("SELECT next_shard_id(9)", &[])), "55000");
+    // With a store, the store alone says which shards mint here.
+    let e = c.client().execute("SELECT shard_claim(0, 99)", &[]).unwrap_err();
+    let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert_eq!((code(&e).as_str(), message.as_str()), ("55000", "shard_claim cannot change shard ownership on a server with a lease store"));
+}
+
+#[test]
+fn a_keeper_stopped_while_the_store_stalls_leaves_its_shard_minting_after_its_restart() {
+    let etcd = etcd("lease-stall");
+    let a = Server::start("lease-stall-a", &conf(&leasing(&etcd, "5", 0)));
+    wait_held(&a, &[5], 30);
+    let mut c = a.client();
+    let before: i64 = c.query_one("SELECT next_shard_id(5)", &[]).unwrap().get(0);
+    etcd.pause();
+    let pid: i32 = c.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen lease keeper'", &[]).unwrap().get(0);
+    c.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    // It cannot file exact marks nor give the lease back; the store returns.
+    eventually(30, "the keeper gave up giving back", || a.log().contains("the marks filed before stand"));
+    etcd.resume();
+    let mut after = 0i64;
+    eventually(30, "shard 5 mints again", || match c.query_one("SELECT next_shard_id(5)", &[]) {
+        Ok(row) => {
+            after = row.get(0);
+            true
+        }
+        Err(e) => {
+            assert_eq!(code(&e), "55000", "{e:?}");
+            false
+        }
+    });
+    assert!(after > before);
+}

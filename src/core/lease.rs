@@ -50,6 +50,45 @@ pub fn mark_ms(wall_ms: i64, valid_for_ms: u64, lead_ms: i64) -> i64 {
     wall_ms.saturating_add(valid_for_ms as i64).saturating_add(lead_ms.max(0))
 }
 
+/// A shard's mark as filed in the store: the mark (Unix ms) and the epoch
+/// (Unix ms) of the IDs it bounds, so that a server with another epoch,
+/// whose IDs count from elsewhere, never takes the shard.
+pub fn mark_value(mark_ms: i64, epoch_ms: i64) -> String {
+    format!("{mark_ms} {epoch_ms}")
+}
+
+/// A filed mark read back: `Ok(None)` when none was filed (a shard no
+/// server held before), an error when the value cannot be read or was
+/// filed under another epoch.
+pub fn read_mark(value: Option<&str>, epoch_ms: i64) -> Result<Option<i64>, String> {
+    let Some(value) = value else { return Ok(None) };
+    let mut words = value.split_whitespace();
+    let (Some(mark), Some(epoch), None) = (words.next(), words.next(), words.next()) else {
+        return Err(format!("the mark \"{}\" cannot be read", value.chars().take(60).collect::<String>()));
+    };
+    let (Ok(mark), Ok(epoch)) = (mark.parse::<i64>(), epoch.parse::<i64>()) else {
+        return Err(format!("the mark \"{}\" cannot be read", value.chars().take(60).collect::<String>()));
+    };
+    if epoch != epoch_ms {
+        return Err(format!(
+            "the mark was filed by a server whose pg_idgen.epoch is {epoch} ms after 1970, not {epoch_ms}: servers sharing shards share the epoch"
+        ));
+    }
+    Ok(Some(mark))
+}
+
+/// `pg_idgen.lease_prefix` as keys use it: ending in `/`.
+pub fn normalized_prefix(prefix: &str) -> String {
+    let p = prefix.trim();
+    if p.is_empty() {
+        "/pg_idgen/".into()
+    } else if p.ends_with('/') {
+        p.to_string()
+    } else {
+        format!("{p}/")
+    }
+}
+
 /// A list of shards as `pg_idgen.lease_shards` takes it: numbers and
 /// ranges, comma-separated (`5`, `0-99,200`); empty means none. Sorted,
 /// without repeats.
@@ -198,6 +237,25 @@ mod tests {
         assert_eq!(mark_ms(1_000_000, 8_000, 10_000), 1_018_000);
         assert_eq!(mark_ms(1_000_000, 8_000, -5), 1_008_000);
         assert_eq!(mark_ms(i64::MAX - 1, 8_000, 10_000), i64::MAX);
+    }
+
+    #[test]
+    fn marks_carry_their_epoch_and_anything_else_is_refused() {
+        let epoch = 1_767_225_600_000;
+        assert_eq!(read_mark(Some(&mark_value(1_800_000_000_000, epoch)), epoch), Ok(Some(1_800_000_000_000)));
+        assert_eq!(read_mark(None, epoch), Ok(None));
+        assert!(read_mark(Some("garbage"), epoch).unwrap_err().contains("cannot be read"));
+        assert!(read_mark(Some("12"), epoch).unwrap_err().contains("cannot be read"));
+        assert!(read_mark(Some("12 x"), epoch).unwrap_err().contains("cannot be read"));
+        assert!(read_mark(Some("12 3 4"), epoch).unwrap_err().contains("cannot be read"));
+        assert!(read_mark(Some(&mark_value(5, epoch + 60_000)), epoch).unwrap_err().contains("epoch"));
+    }
+
+    #[test]
+    fn prefixes_end_in_a_slash() {
+        assert_eq!(normalized_prefix("/pg_idgen"), "/pg_idgen/");
+        assert_eq!(normalized_prefix("/a/b/"), "/a/b/");
+        assert_eq!(normalized_prefix(" "), "/pg_idgen/");
     }
 
     #[test]

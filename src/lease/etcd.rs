@@ -16,10 +16,14 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// The largest answer read (a range of every shard key is about 2 MB).
 const MAX_ANSWER: usize = 16 << 20;
 
-/// The store's endpoints, tried in turn.
+/// The store's endpoints, tried in turn, and the etcd cluster they belong
+/// to: an answer from another cluster (an endpoint of another etcd listed by
+/// mistake) is refused, so that two servers never lease the same shard from
+/// two stores.
 #[derive(Debug)]
 pub struct Store {
     endpoints: Vec<String>,
+    cluster: std::cell::RefCell<Option<String>>,
 }
 
 /// A key as the store keeps it.
@@ -47,7 +51,31 @@ impl Store {
         if endpoints.is_empty() {
             return Err("no address".into());
         }
-        Ok(Store { endpoints })
+        Ok(Store { endpoints, cluster: std::cell::RefCell::new(None) })
+    }
+
+    /// Asks every endpoint which cluster it belongs to: an error if two
+    /// that answer belong to different clusters. Pins the cluster.
+    pub fn check_one_cluster(&self) -> Result<(), String> {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for endpoint in &self.endpoints {
+            if let Ok(v) = post_to(endpoint, "/v3/kv/range", &json!({ "key": b64("\0"), "keys_only": true, "limit": "1" }).to_string()) {
+                if let Some(id) = cluster_of(&v) {
+                    seen.push((endpoint.clone(), id));
+                }
+            }
+        }
+        if let Some((first, id)) = seen.first() {
+            if let Some((other, other_id)) = seen.iter().find(|(_, i)| i != id) {
+                return Err(format!(
+                    "the addresses of pg_idgen.lease_store belong to different etcd clusters ({first}: cluster {id}, {other}: cluster {other_id})"
+                ));
+            }
+            *self.cluster.borrow_mut() = Some(id.clone());
+            Ok(())
+        } else {
+            Err("no address answered".into())
+        }
     }
 
     /// One request, to each endpoint in turn until one answers.
@@ -55,7 +83,20 @@ impl Store {
         let mut why = String::new();
         for endpoint in &self.endpoints {
             match post_to(endpoint, path, &body.to_string()) {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    let id = cluster_of(&v);
+                    let mut pinned = self.cluster.borrow_mut();
+                    match (pinned.as_ref(), id) {
+                        (Some(p), Some(id)) if *p != id => {
+                            why = format!("{endpoint}: belongs to etcd cluster {id}, not to cluster {p} of the other answers");
+                        }
+                        (None, Some(id)) => {
+                            *pinned = Some(id);
+                            return Ok(v);
+                        }
+                        _ => return Ok(v),
+                    }
+                }
                 Err(e) => why = format!("{endpoint}: {e}"),
             }
         }
@@ -103,6 +144,18 @@ impl Store {
         Ok(Some(kvs(&v["responses"][1]["response_range"]).into_iter().next()))
     }
 
+    /// Deletes `key` if it is still attached to `lease`.
+    pub fn delete_if_held(&self, key: &str, lease: i64) -> Result<(), String> {
+        self.post(
+            "/v3/kv/txn",
+            &json!({
+                "compare": [{ "key": b64(key), "target": "LEASE", "lease": lease.to_string() }],
+                "success": [{ "request_delete_range": { "key": b64(key) } }],
+            }),
+        )
+        .map(|_| ())
+    }
+
     /// Writes `puts` if every key of `held` is still attached to `lease`:
     /// whether it did.
     pub fn put_if_held(&self, held: &[String], lease: i64, puts: &[(String, String)]) -> Result<bool, String> {
@@ -113,6 +166,12 @@ impl Store {
         let v = self.post("/v3/kv/txn", &json!({ "compare": compare, "success": success }))?;
         Ok(v["succeeded"].as_bool() == Some(true))
     }
+}
+
+/// The etcd cluster an answer comes from (its header's `cluster_id`).
+fn cluster_of(v: &Value) -> Option<String> {
+    let header = if v.get("result").is_some() { &v["result"]["header"] } else { &v["header"] };
+    header["cluster_id"].as_str().map(str::to_string)
 }
 
 fn b64(s: &str) -> String {
@@ -260,6 +319,13 @@ mod tests {
         assert_eq!((status, chunked), (200, true));
         assert_eq!(dechunk(body).unwrap(), b"{\"a\":1}");
         assert!(dechunk(b"5\r\nab").is_err());
+    }
+
+    #[test]
+    fn answers_name_their_cluster() {
+        assert_eq!(cluster_of(&json!({"header": {"cluster_id": "7"}})), Some("7".into()));
+        assert_eq!(cluster_of(&json!({"result": {"header": {"cluster_id": "8"}}})), Some("8".into()));
+        assert_eq!(cluster_of(&json!({})), None);
     }
 
     #[test]

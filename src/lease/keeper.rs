@@ -70,7 +70,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper(_arg: pg_sys::Datum) {
         "pg_idgen lease keeper: server identity {}, asking the lease store at {} for shards [{}] and {} free ones (TTL {} s)",
         super::identity(),
         keeper.store_text,
-        keeper.named.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
+        listed(keeper.named.iter()),
         keeper.auto,
         keeper.ttl_s
     );
@@ -108,8 +108,14 @@ struct Keeper {
     /// Held shards, each with the mark filed for it (Unix ms; 0 before the first).
     held: BTreeMap<u16, i64>,
     preferred: Vec<u16>,
+    /// When the lease was last renewed (coarse monotonic ns).
+    renewed_ns: u64,
+    /// The store's addresses were checked to belong to one etcd cluster.
+    one_cluster: bool,
     /// The store failed in the last round (logged once per outage).
     failing: bool,
+    /// Shards refused for their mark (logged once each).
+    refused: HashSet<u16>,
     /// Shards whose holder was logged.
     named_holder: HashSet<u16>,
 }
@@ -150,7 +156,10 @@ impl Keeper {
             valid_until_ns: 0,
             held: BTreeMap::new(),
             preferred,
+            renewed_ns: 0,
+            one_cluster: false,
             failing: false,
+            refused: HashSet::new(),
             named_holder: HashSet::new(),
         };
         for s in &keeper.named {
@@ -185,7 +194,7 @@ impl Keeper {
             Err(e) => {
                 if !self.failing {
                     self.failing = true;
-                    warning!("pg_idgen lease keeper: the lease store at {} cannot be reached: {e}", self.store_text);
+                    warning!("pg_idgen lease keeper: the lease store at {} cannot be used: {e}", self.store_text);
                 }
                 for s in self.wanted_not_held() {
                     self.set_why(s, LeaseWhy::Unreachable);
@@ -200,6 +209,10 @@ impl Keeper {
     }
 
     fn try_round(&mut self) -> Result<(), String> {
+        if !self.one_cluster {
+            self.store.check_one_cluster()?;
+            self.one_cluster = true;
+        }
         let sent = clock::coarse_ns();
         let ttl = match self.lease {
             Some(id) => self.store.keepalive(id)?,
@@ -209,12 +222,13 @@ impl Keeper {
             if self.lease.is_some() {
                 warning!(
                     "pg_idgen lease keeper: the lease store let this server's lease run out (paused or cut off past the TTL); shards {} stop minting and are asked for again",
-                    self.held.keys().map(u16::to_string).collect::<Vec<_>>().join(",")
+                    listed(self.held.keys())
                 );
                 self.lose_all(LeaseWhy::Lost);
             }
             self.new_lease()?;
         } else {
+            self.renewed_ns = sent;
             self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
         }
         let lease = self.lease.ok_or("no lease")?;
@@ -237,13 +251,25 @@ impl Keeper {
             let ttl = self.store.keepalive(kv.lease)?;
             if ttl > 0 {
                 self.lease = Some(kv.lease);
+                self.renewed_ns = sent;
                 self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
                 // Its own marks: the generators, started after the crash
-                // above every ID minted before it, are not raised to them.
+                // above every ID minted before it, are not raised to them;
+                // one retired by a keeper stopped before it gave the lease
+                // back is brought back just above its mark.
                 for kv in mine.iter().filter(|k| k.lease == kv.lease) {
-                    if let Some(s) = rules::shard_of_key(&self.prefix, &kv.key) {
-                        let mark = self.read_mark(s)?;
-                        self.held.insert(s, mark);
+                    let Some(s) = rules::shard_of_key(&self.prefix, &kv.key) else { continue };
+                    match self.read_mark(s)? {
+                        Ok(mark) => {
+                            let mark = mark.unwrap_or(0);
+                            if let Ok(state) = shared::state() {
+                                let floor = ((mark + 1 - settings::configured_epoch_ms()).max(1) as u64) << ID_TICKS.bits;
+                                let _ = state.shards[s as usize].last.compare_exchange(RETIRED, floor - 1, Ordering::AcqRel, Ordering::Acquire);
+                            }
+                            self.held.insert(s, mark);
+                            self.set_why(s, LeaseWhy::Held);
+                        }
+                        Err(why) => self.refuse(s, kv.lease, &why)?,
                     }
                 }
                 return Ok(());
@@ -252,6 +278,7 @@ impl Keeper {
         let sent = clock::coarse_ns();
         let (id, ttl) = self.store.grant(self.ttl_s)?;
         self.lease = Some(id);
+        self.renewed_ns = sent;
         self.valid_until_ns = rules::valid_until_ns(sent, ttl.max(0) as u64 * 1000, self.clock_res_ns);
         Ok(())
     }
@@ -260,9 +287,25 @@ impl Keeper {
         self.store.range_prefix(&format!("{}shard/", self.prefix))
     }
 
-    fn read_mark(&self, shard: u16) -> Result<i64, String> {
-        let kvs = self.store.range_prefix(&rules::mark_key(&self.prefix, shard))?;
-        Ok(kvs.iter().find(|kv| kv.key == rules::mark_key(&self.prefix, shard)).map_or(0, |kv| kv.value.trim().parse().unwrap_or(0)))
+    /// A shard's filed mark: the store's answer, then whether it can be used.
+    fn read_mark(&self, shard: u16) -> Result<Result<Option<i64>, String>, String> {
+        let key = rules::mark_key(&self.prefix, shard);
+        let kvs = self.store.range_prefix(&key)?;
+        Ok(rules::read_mark(kvs.iter().find(|kv| kv.key == key).map(|kv| kv.value.as_str()), settings::configured_epoch_ms()))
+    }
+
+    /// Gives up a shard just taken whose mark cannot be used: its key is
+    /// deleted, and it is not minted here.
+    fn refuse(&mut self, shard: u16, lease: i64, why: &str) -> Result<(), String> {
+        self.store.delete_if_held(&rules::shard_key(&self.prefix, shard), lease)?;
+        self.drop_shard(shard, LeaseWhy::Refused);
+        if self.refused.insert(shard) {
+            warning!(
+                "pg_idgen lease keeper: shard {shard} is not minted here: {why} (key {})",
+                rules::mark_key(&self.prefix, shard)
+            );
+        }
+        Ok(())
     }
 
     /// Starts holding `shard`, whose last holder filed `mark`: its generator
@@ -291,17 +334,25 @@ impl Keeper {
         };
         let patient = clock::coarse_ns().saturating_sub(self.started_ns) < self.ttl_ms() * 1_500_000;
         let ask = rules::to_ask(&self.named, self.auto, &self.preferred, patient, seen);
+        // Half the validity for asking; the rest of the round files marks.
+        let enough = self.renewed_ns + self.valid_until_ns.saturating_sub(self.renewed_ns) / 2;
         for s in ask {
+            if clock::coarse_ns() > enough {
+                break;
+            }
             if let Some(kv) = taken.get(&s) {
                 self.note_holder(s, kv, patient);
                 continue;
             }
             match self.store.create(&rules::shard_key(&self.prefix, s), &self.owner, lease, &rules::mark_key(&self.prefix, s))? {
-                Some(mark) => {
-                    let mark = mark.map_or(0, |kv| kv.value.trim().parse().unwrap_or(0));
-                    log!("pg_idgen lease keeper: leased shard {s}; its IDs start above the mark {mark} filed by its last holder");
-                    self.take(s, mark);
-                }
+                Some(mark) => match rules::read_mark(mark.as_ref().map(|kv| kv.value.as_str()), settings::configured_epoch_ms()) {
+                    Ok(mark) => {
+                        let mark = mark.unwrap_or(0);
+                        log!("pg_idgen lease keeper: leased shard {s}; its IDs start above the mark {mark} filed by its last holder");
+                        self.take(s, mark);
+                    }
+                    Err(why) => self.refuse(s, lease, &why)?,
+                },
                 None => self.set_why(s, LeaseWhy::HeldElsewhere),
             }
         }
@@ -333,11 +384,14 @@ impl Keeper {
         let now_ns = clock::coarse_ns();
         let valid_for_ms = self.valid_until_ns.saturating_sub(now_ns) / 1_000_000;
         let mark = rules::mark_ms(clock::unix_us().div_euclid(1000), valid_for_ms, settings::max_clock_lead_ms());
+        let epoch = settings::configured_epoch_ms();
         let shards: Vec<u16> = self.held.keys().copied().collect();
         for batch in shards.chunks(BATCH) {
             let keys: Vec<String> = batch.iter().map(|s| rules::shard_key(&self.prefix, *s)).collect();
-            let puts: Vec<(String, String)> =
-                batch.iter().map(|s| (rules::mark_key(&self.prefix, *s), mark.max(self.held[s]).to_string())).collect();
+            let puts: Vec<(String, String)> = batch
+                .iter()
+                .map(|s| (rules::mark_key(&self.prefix, *s), rules::mark_value(mark.max(self.held[s]), epoch)))
+                .collect();
             if self.store.put_if_held(&keys, lease, &puts)? {
                 for s in batch {
                     let filed = mark.max(self.held[s]);
@@ -414,18 +468,28 @@ impl Keeper {
         }
         for batch in exact.chunks(BATCH) {
             let keys: Vec<String> = batch.iter().map(|(s, _)| rules::shard_key(&self.prefix, *s)).collect();
-            let puts: Vec<(String, String)> = batch.iter().map(|(s, m)| (rules::mark_key(&self.prefix, *s), m.to_string())).collect();
+            let puts: Vec<(String, String)> =
+                batch.iter().map(|(s, m)| (rules::mark_key(&self.prefix, *s), rules::mark_value(*m, epoch))).collect();
             if let Err(e) = self.store.put_if_held(&keys, lease, &puts) {
                 log!("pg_idgen lease keeper: could not file the exact marks at release ({e}); the marks filed before stand");
                 return;
             }
         }
         match self.store.revoke(lease) {
-            Ok(()) => log!("pg_idgen lease keeper: gave back the lease on shards {}", exact.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",")),
+            Ok(()) => log!("pg_idgen lease keeper: gave back the lease on shards {}", listed(exact.iter().map(|(s, _)| s))),
             Err(e) => log!("pg_idgen lease keeper: could not give the lease back ({e}); it runs out by itself"),
         }
         self.held.clear();
         self.lease = None;
+    }
+}
+
+/// Shards for the log: the first 20, and how many more.
+fn listed<'a>(shards: impl Iterator<Item = &'a u16>) -> String {
+    let all: Vec<String> = shards.map(u16::to_string).collect();
+    match all.len() {
+        0..=20 => all.join(","),
+        n => format!("{} and {} more", all[..20].join(","), n - 20),
     }
 }
 
