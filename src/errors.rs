@@ -102,6 +102,14 @@ pub enum IdError {
     InvalidSetting { name: &'static str, why: String },
     /// With a lease store configured, a shard this server holds no valid lease on.
     LeaseNotHeld { shard: i32, why: LeaseWhy, store: String },
+    /// `pg_idgen_follow_ids` fired other than AFTER ... FOR EACH ROW.
+    FollowMisused(String),
+    /// `pg_idgen_follow_ids` names a column the table does not have.
+    FollowNoColumn(String),
+    /// `pg_idgen_follow_ids` names a column that is not bigint.
+    FollowNotBigint(String),
+    /// A replicated ID further ahead of this server's clock than it may mint.
+    FollowAhead { id: i64, ahead_ms: i64, bound_ms: i64 },
     /// A claims function called with a lease store configured.
     OwnershipFromLeases(&'static str),
     /// The next ID of a leased shard would pass the mark filed in the store.
@@ -213,6 +221,10 @@ impl IdError {
             ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             InvalidEpoch(_) | PublicKeyInvalid | InvalidSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             LeaseNotHeld { .. } | PastLeaseMark(_) | OwnershipFromLeases(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            FollowMisused(_) => ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+            FollowNoColumn(_) => ERRCODE_UNDEFINED_COLUMN,
+            FollowNotBigint(_) => ERRCODE_DATATYPE_MISMATCH,
+            FollowAhead { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             InvalidText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
             UnknownLayout(_) | AdoptAhead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             NotFleetDatabase(_) | OwnershipNotLoaded { .. } | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -359,6 +371,22 @@ impl IdError {
                     LeaseWhy::Refused => "Its mark in the store cannot be used (unreadable, or filed under another pg_idgen.epoch); the server log says which.".into(),
                 }),
                 Some("SELECT * FROM shard_leases() shows the leases this server holds; its log says what the lease keeper does.".into()),
+            ),
+            FollowMisused(how) => (format!("trigger function pg_idgen_follow_ids() {how}"), None, None),
+            FollowNoColumn(c) => (
+                format!("column \"{c}\" does not exist"),
+                Some("pg_idgen_follow_ids() reads the ID columns its trigger names (id when it names none).".into()),
+                None,
+            ),
+            FollowNotBigint(c) => (
+                format!("column \"{c}\" is not of type bigint"),
+                Some("pg_idgen_follow_ids() follows 64-bit pg_idgen IDs.".into()),
+                None,
+            ),
+            FollowAhead { id, ahead_ms, bound_ms } => (
+                format!("replicated ID {id} is {ahead_ms} ms ahead of this server's clock"),
+                Some(format!("This server mints at most {bound_ms} ms ahead of its clock (pg_idgen.max_clock_lead_ms and the mark's reserve); it does not raise its generators above this ID, and the row is not applied.")),
+                Some("Check the clocks of the publisher and this subscriber, or raise pg_idgen.max_clock_lead_ms.".into()),
             ),
             OwnershipFromLeases(f) => (
                 format!("{f} cannot change shard ownership on a server with a lease store"),

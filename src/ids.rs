@@ -44,8 +44,14 @@ pub fn try_mint(shard: Shard, function: &'static str) -> Result<i64, CoreError> 
     let minted = match leased {
         None => generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms),
         Some(mark_ms) => {
-            let capped = lease::Capped { inner: &reservation, cap_ms: mark_ms - epoch_ms };
-            generator::mint(&slot.last, ID_TICKS, lead, &capped, || now_tick(epoch_ms), clock::sleep_ms)
+            let capped = lease::Capped::new(&reservation, mark_ms - epoch_ms);
+            let minted = generator::mint(&slot.last, ID_TICKS, lead, &capped, || now_tick(epoch_ms), clock::sleep_ms);
+            // A mint that waited (for the clock, a lock, a WAL flush) hands
+            // its ID out only if the lease still held when it was taken.
+            if matches!(&minted, Ok(m) if m.waited || capped.extended.get()) {
+                lease::check(&state.leases, shard).or_raise();
+            }
+            minted
         }
     }
     .map_err(|e| match e {

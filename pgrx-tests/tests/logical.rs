@@ -88,3 +88,21 @@ fn a_subscriber_taking_over_writes_mints_above_every_replicated_id_with_its_cloc
     assert!(!granted, "PUBLIC may attach the trigger");
     drop(b);
 }
+
+#[test]
+fn a_replicated_id_far_ahead_of_the_subscribers_clock_stops_the_apply_instead_of_freezing_minting() {
+    let a = Server::start("logical-far-pub", &["wal_level = logical"]);
+    let mut pa = a.client();
+    pa.batch_execute(TABLE).unwrap();
+    pa.batch_execute("CREATE PUBLICATION p FOR TABLE t").unwrap();
+    let (b, mut sb) = subscriber("far", &a, true);
+    pa.batch_execute("INSERT INTO t (n) VALUES (1)").unwrap();
+    eventually(60, "the subscriber applied the first row", || count(&mut sb) == 1);
+    // An ID a day ahead, written on the publisher by hand.
+    let far: i64 = pa.query_one("SELECT id_from_parts(now() + interval '1 day', 5, 0)", &[]).unwrap().get(0);
+    pa.execute("INSERT INTO t (id, n) VALUES ($1, 2)", &[&far]).unwrap();
+    eventually(60, "the apply worker refuses the row", || b.log().contains(&format!("replicated ID {far} is ")));
+    assert_eq!(count(&mut sb), 1, "the row was applied");
+    let next: i64 = sb.query_one("SELECT next_shard_id(5)", &[]).unwrap().get(0);
+    assert!(next < far, "the subscriber's generator moved a day ahead");
+}

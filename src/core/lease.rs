@@ -15,7 +15,7 @@
 //!   a holder paused past its lease finds, on waking, its validity over,
 //!   and its mark was filed before any of its IDs could pass it.
 
-use super::layout::MAX_SHARD;
+use super::layout::{MAX_MS, MAX_SHARD};
 
 /// The fencing margin for a TTL: how much earlier than the store the
 /// holder stops minting. It covers the time the request takes to reach the
@@ -34,7 +34,7 @@ pub fn margin_ms(ttl_ms: u64) -> u64 {
 /// taken after the deadline may show a time before it by that much).
 pub fn valid_until_ns(sent_ns: u64, ttl_ms: u64, clock_res_ns: u64) -> u64 {
     let ms = ttl_ms.saturating_sub(margin_ms(ttl_ms));
-    sent_ns.saturating_add(ms * 1_000_000).saturating_sub(clock_res_ns).max(sent_ns)
+    sent_ns.saturating_add(ms.saturating_mul(1_000_000)).saturating_sub(clock_res_ns).max(sent_ns)
 }
 
 /// How often the keeper renews: three times per TTL, so that one renewal
@@ -69,6 +69,9 @@ pub fn read_mark(value: Option<&str>, epoch_ms: i64) -> Result<Option<i64>, Stri
     let (Ok(mark), Ok(epoch)) = (mark.parse::<i64>(), epoch.parse::<i64>()) else {
         return Err(format!("the mark \"{}\" cannot be read", value.chars().take(60).collect::<String>()));
     };
+    if !(epoch_ms..=epoch_ms.saturating_add(MAX_MS)).contains(&mark) {
+        return Err(format!("the mark {mark} is outside the range of this epoch's IDs"));
+    }
     if epoch != epoch_ms {
         return Err(format!(
             "the mark was filed by a server whose pg_idgen.epoch is {epoch} ms after 1970, not {epoch_ms}: servers sharing shards share the epoch"
@@ -248,7 +251,10 @@ mod tests {
         assert!(read_mark(Some("12"), epoch).unwrap_err().contains("cannot be read"));
         assert!(read_mark(Some("12 x"), epoch).unwrap_err().contains("cannot be read"));
         assert!(read_mark(Some("12 3 4"), epoch).unwrap_err().contains("cannot be read"));
-        assert!(read_mark(Some(&mark_value(5, epoch + 60_000)), epoch).unwrap_err().contains("epoch"));
+        assert!(read_mark(Some(&mark_value(epoch + 5, epoch + 60_000)), epoch).unwrap_err().contains("epoch"));
+        assert!(read_mark(Some(&mark_value(i64::MAX, epoch)), epoch).unwrap_err().contains("outside"));
+        assert!(read_mark(Some(&mark_value(-5, epoch)), epoch).unwrap_err().contains("outside"));
+        assert!(read_mark(Some(&mark_value(epoch - 1, epoch)), epoch).unwrap_err().contains("outside"));
     }
 
     #[test]

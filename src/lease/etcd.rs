@@ -24,6 +24,8 @@ const MAX_ANSWER: usize = 16 << 20;
 pub struct Store {
     endpoints: Vec<String>,
     cluster: std::cell::RefCell<Option<String>>,
+    /// The endpoint that answered last, tried first.
+    last_good: std::cell::Cell<usize>,
 }
 
 /// A key as the store keeps it.
@@ -51,12 +53,14 @@ impl Store {
         if endpoints.is_empty() {
             return Err("no address".into());
         }
-        Ok(Store { endpoints, cluster: std::cell::RefCell::new(None) })
+        Ok(Store { endpoints, cluster: std::cell::RefCell::new(None), last_good: std::cell::Cell::new(0) })
     }
 
     /// Asks every endpoint which cluster it belongs to: an error if two
-    /// that answer belong to different clusters. Pins the cluster.
-    pub fn check_one_cluster(&self) -> Result<(), String> {
+    /// that answer belong to different clusters, or to another than
+    /// `pinned` (the cluster this server leased from before). Pins the
+    /// cluster and returns it.
+    pub fn check_one_cluster(&self, pinned: Option<&str>) -> Result<String, String> {
         let mut seen: Vec<(String, String)> = Vec::new();
         for endpoint in &self.endpoints {
             if let Ok(v) = post_to(endpoint, "/v3/kv/range", &json!({ "key": b64("\0"), "keys_only": true, "limit": "1" }).to_string()) {
@@ -65,23 +69,27 @@ impl Store {
                 }
             }
         }
-        if let Some((first, id)) = seen.first() {
-            if let Some((other, other_id)) = seen.iter().find(|(_, i)| i != id) {
-                return Err(format!(
-                    "the addresses of pg_idgen.lease_store belong to different etcd clusters ({first}: cluster {id}, {other}: cluster {other_id})"
-                ));
-            }
-            *self.cluster.borrow_mut() = Some(id.clone());
-            Ok(())
-        } else {
-            Err("no address answered".into())
+        let Some((first, id)) = seen.first() else { return Err("no address answered".into()) };
+        if let Some((other, other_id)) = seen.iter().find(|(_, i)| i != id) {
+            return Err(format!(
+                "the addresses of pg_idgen.lease_store belong to different etcd clusters ({first}: cluster {id}, {other}: cluster {other_id})"
+            ));
         }
+        if let Some(p) = pinned.filter(|p| p != id) {
+            return Err(format!(
+                "{first} belongs to etcd cluster {id}, not to cluster {p} this server leased from before (pg_idgen/lease_cluster in the data directory: remove it only if that etcd was rebuilt and every server moved)"
+            ));
+        }
+        *self.cluster.borrow_mut() = Some(id.clone());
+        Ok(id.clone())
     }
 
     /// One request, to each endpoint in turn until one answers.
     fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
         let mut why = String::new();
-        for endpoint in &self.endpoints {
+        let n = self.endpoints.len();
+        for i in (0..n).map(|k| (self.last_good.get() + k) % n) {
+            let endpoint = &self.endpoints[i];
             match post_to(endpoint, path, &body.to_string()) {
                 Ok(v) => {
                     let id = cluster_of(&v);
@@ -92,9 +100,13 @@ impl Store {
                         }
                         (None, Some(id)) => {
                             *pinned = Some(id);
+                            self.last_good.set(i);
                             return Ok(v);
                         }
-                        _ => return Ok(v),
+                        _ => {
+                            self.last_good.set(i);
+                            return Ok(v);
+                        }
                     }
                 }
                 Err(e) => why = format!("{endpoint}: {e}"),

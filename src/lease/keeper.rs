@@ -35,6 +35,9 @@ use crate::{settings, shared};
 
 /// The shards held before a restart, asked for first after it.
 const PREFERRED_FILE: &str = "pg_idgen/leased_shards";
+/// The etcd cluster this data directory leases from, once known: an answer
+/// from another (a wrong address listed, a rebuilt etcd) is refused.
+const CLUSTER_FILE: &str = "pg_idgen/lease_cluster";
 /// How soon a failed round is tried again.
 const RETRY: Duration = Duration::from_millis(500);
 /// Shards whose marks one transaction files (a compare and a put each;
@@ -210,12 +213,19 @@ impl Keeper {
 
     fn try_round(&mut self) -> Result<(), String> {
         if !self.one_cluster {
-            self.store.check_one_cluster()?;
+            let pinned = std::fs::read_to_string(CLUSTER_FILE).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+            let cluster = self.store.check_one_cluster(pinned.as_deref())?;
+            if pinned.is_none() {
+                let _ = std::fs::create_dir_all("pg_idgen");
+                let tmp = format!("{CLUSTER_FILE}.tmp");
+                std::fs::write(&tmp, &cluster).and_then(|_| std::fs::rename(&tmp, CLUSTER_FILE)).map_err(|e| format!("{CLUSTER_FILE}: {e}"))?;
+            }
             self.one_cluster = true;
         }
         let sent = clock::coarse_ns();
+        // Never longer than asked for, whatever an answer says.
         let ttl = match self.lease {
-            Some(id) => self.store.keepalive(id)?,
+            Some(id) => self.store.keepalive(id)?.min(self.ttl_s),
             None => 0,
         };
         if ttl <= 0 {
@@ -248,29 +258,19 @@ impl Keeper {
             .filter(|kv| rules::owner_of(&kv.value).0 == super::identity() && kv.lease != 0)
             .collect();
         if let Some(kv) = mine.first() {
-            let ttl = self.store.keepalive(kv.lease)?;
+            let ttl = self.store.keepalive(kv.lease)?.min(self.ttl_s);
             if ttl > 0 {
                 self.lease = Some(kv.lease);
                 self.renewed_ns = sent;
                 self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
-                // Its own marks: the generators, started after the crash
-                // above every ID minted before it, are not raised to them;
-                // one retired by a keeper stopped before it gave the lease
-                // back is brought back just above its mark.
+                // The generators start above their marks as filed: after a
+                // crash restart they start above what this server's own
+                // files say, which need not cover the mark of the holder
+                // before it (a retired one, after a keeper stopped before
+                // it gave the lease back, is brought back the same way).
                 for kv in mine.iter().filter(|k| k.lease == kv.lease) {
                     let Some(s) = rules::shard_of_key(&self.prefix, &kv.key) else { continue };
-                    match self.read_mark(s)? {
-                        Ok(mark) => {
-                            let mark = mark.unwrap_or(0);
-                            if let Ok(state) = shared::state() {
-                                let floor = ((mark + 1 - settings::configured_epoch_ms()).max(1) as u64) << ID_TICKS.bits;
-                                let _ = state.shards[s as usize].last.compare_exchange(RETIRED, floor - 1, Ordering::AcqRel, Ordering::Acquire);
-                            }
-                            self.held.insert(s, mark);
-                            self.set_why(s, LeaseWhy::Held);
-                        }
-                        Err(why) => self.refuse(s, kv.lease, &why)?,
-                    }
+                    self.take_filed(s, kv.lease)?;
                 }
                 return Ok(());
             }
@@ -279,7 +279,7 @@ impl Keeper {
         let (id, ttl) = self.store.grant(self.ttl_s)?;
         self.lease = Some(id);
         self.renewed_ns = sent;
-        self.valid_until_ns = rules::valid_until_ns(sent, ttl.max(0) as u64 * 1000, self.clock_res_ns);
+        self.valid_until_ns = rules::valid_until_ns(sent, ttl.clamp(0, self.ttl_s) as u64 * 1000, self.clock_res_ns);
         Ok(())
     }
 
@@ -292,6 +292,17 @@ impl Keeper {
         let key = rules::mark_key(&self.prefix, shard);
         let kvs = self.store.range_prefix(&key)?;
         Ok(rules::read_mark(kvs.iter().find(|kv| kv.key == key).map(|kv| kv.value.as_str()), settings::configured_epoch_ms()))
+    }
+
+    /// Starts holding a shard whose key is already this lease's, above its filed mark.
+    fn take_filed(&mut self, shard: u16, lease: i64) -> Result<(), String> {
+        match self.read_mark(shard)? {
+            Ok(mark) => {
+                self.take(shard, mark.unwrap_or(0));
+                Ok(())
+            }
+            Err(why) => self.refuse(shard, lease, &why),
+        }
     }
 
     /// Gives up a shard just taken whose mark cannot be used: its key is
@@ -326,6 +337,12 @@ impl Keeper {
         }
         let keys = self.shard_keys()?;
         let taken: BTreeMap<u16, &Kv> = keys.iter().filter_map(|kv| Some((rules::shard_of_key(&self.prefix, &kv.key)?, kv))).collect();
+        // A key of this lease not held: a create whose answer was lost.
+        let lost_answers: Vec<u16> =
+            taken.iter().filter(|(s, kv)| kv.lease == lease && !self.held.contains_key(s)).map(|(s, _)| *s).collect();
+        for s in lost_answers {
+            self.take_filed(s, lease)?;
+        }
         let seen = |s: u16| match taken.get(&s) {
             _ if self.held.contains_key(&s) => Seen::Mine,
             Some(kv) if kv.lease == lease => Seen::Mine,

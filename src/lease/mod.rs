@@ -57,6 +57,15 @@ fn not_held(shard: i32) -> IdError {
 pub struct Capped<'a, R: Reservation> {
     pub inner: &'a R,
     pub cap_ms: i64,
+    /// Set when the inner reservation was extended: the mint took the slow
+    /// path (a WAL flush, a lock), and the lease is checked again after it.
+    pub extended: std::cell::Cell<bool>,
+}
+
+impl<'a, R: Reservation> Capped<'a, R> {
+    pub fn new(inner: &'a R, cap_ms: i64) -> Self {
+        Capped { inner, cap_ms, extended: std::cell::Cell::new(false) }
+    }
 }
 
 impl<R: Reservation> Reservation for Capped<'_, R> {
@@ -69,6 +78,7 @@ impl<R: Reservation> Reservation for Capped<'_, R> {
         if ms > self.cap_ms {
             return Err(CoreError::PastLeaseMark(None));
         }
+        self.extended.set(true);
         self.inner.extend(ms)
     }
 }
