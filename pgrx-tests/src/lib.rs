@@ -202,35 +202,28 @@ impl Server {
     /// A streaming standby of `primary`, made with `pg_basebackup -R`, on its
     /// own clock file; `conf` lines are added to what it copied from the primary.
     pub fn standby_of(primary: &Server, name: &str, conf: &[&str]) -> Server {
-        let mut server = Server::new_dir(name);
-        server.use_clock_file();
-        check(
-            "pg_basebackup",
-            as_owner(&server.bin("pg_basebackup"))
-                // An immediate checkpoint: a spread one sleeps 100 ms per
-                // dirty buffer written ahead of schedule, a minute here.
-                .args(["-D", &server.data(), "-R", "-X", "stream", "-c", "fast", "-U", "postgres", "-d", &primary.conninfo("postgres")])
-                .output(),
-        );
-        let mut all = vec![format!("unix_socket_directories = '{}'", server.dir.display())];
-        all.extend(conf.iter().map(|s| s.to_string()));
-        server.append_conf(&all.join("\n"));
-        server.start_process();
-        server
+        Server::base_backup_of(primary, name, conf, true)
     }
 
     /// An independent copy of `primary` made with `pg_basebackup` while it
     /// runs (a cloned machine, a restored snapshot), started as a server of
     /// its own on its own clock file; `conf` lines are added to what it copied.
     pub fn clone_of(primary: &Server, name: &str, conf: &[&str]) -> Server {
+        Server::base_backup_of(primary, name, conf, false)
+    }
+
+    fn base_backup_of(primary: &Server, name: &str, conf: &[&str], standby: bool) -> Server {
         let mut server = Server::new_dir(name);
         server.use_clock_file();
-        check(
-            "pg_basebackup",
-            as_owner(&server.bin("pg_basebackup"))
-                .args(["-D", &server.data(), "-X", "stream", "-c", "fast", "-U", "postgres", "-d", &primary.conninfo("postgres")])
-                .output(),
-        );
+        let data = server.data();
+        let source = primary.conninfo("postgres");
+        // An immediate checkpoint: a spread one sleeps 100 ms per dirty
+        // buffer written ahead of schedule, a minute here.
+        let mut args = vec!["-D", &data, "-X", "stream", "-c", "fast", "-U", "postgres", "-d", &source];
+        if standby {
+            args.push("-R");
+        }
+        check("pg_basebackup", as_owner(&server.bin("pg_basebackup")).args(&args).output());
         let mut all = vec![format!("unix_socket_directories = '{}'", server.dir.display())];
         all.extend(conf.iter().map(|s| s.to_string()));
         server.append_conf(&all.join("\n"));
