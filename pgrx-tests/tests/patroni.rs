@@ -276,6 +276,17 @@ mod patroni {
             vec![],
             "UUIDs out of order"
         );
+        // The lagging node's 55000 only during the failover onto it: not
+        // before it began, and not past its first insert (a statement
+        // refused just before that may be reported a little after).
+        let lag = events.last().expect("the failover onto the lagging node");
+        for (i, f) in failures.iter().enumerate().filter(|(_, f)| f.code == "55000") {
+            assert!(
+                i >= failures_before && f.at >= lag.start && f.at <= lag.recovered + Duration::from_secs(5),
+                "a 55000 outside the failover onto the lagging node: {}",
+                f.message
+            );
+        }
         // Only what a failover explains: lost connections, a demoted node's
         // read-only refusal, and the lagging node's 55000.
         for f in &failures {
