@@ -118,6 +118,7 @@ fn a_clone_started_while_the_original_mints_takes_other_shards_and_mints_none_of
     stop.store(true, Ordering::Relaxed);
     let (on_a, on_clone) = (on_a.join().unwrap(), on_clone.join().unwrap());
     only_refusals(&on_clone);
+    eprintln!("clone: A minted {} IDs of shard 5; the clone {} in {} calls", ids(&on_a).len(), ids(&on_clone).len(), on_clone.len());
     assert!(ids(&on_a).len() > 100, "A minted {} IDs: the control did not run", ids(&on_a).len());
     assert_eq!(ids(&on_clone).len(), 0, "the clone minted shard 5, which A holds");
     assert!(on_clone.len() > 10, "the clone was asked only {} times", on_clone.len());
@@ -144,6 +145,7 @@ fn a_standby_promoted_while_the_primary_runs_mints_none_of_its_ids_then_takes_ov
     stop.store(true, Ordering::Relaxed);
     let (on_a, on_b) = (on_a.join().unwrap(), on_b.join().unwrap());
     only_refusals(&on_b);
+    eprintln!("split brain: A minted {} IDs of shard 5; the promoted standby {} in {} calls", ids(&on_a).len(), ids(&on_b).len(), on_b.len());
     assert!(ids(&on_a).len() > 100, "A minted {} IDs: the control did not run", ids(&on_a).len());
     assert_eq!(ids(&on_b).len(), 0, "the promoted standby minted shard 5 while A held it");
     let a_last = *ids(&on_a).iter().max().unwrap();
@@ -188,6 +190,7 @@ fn after_a_crash_the_next_holder_starts_above_the_last_id_with_its_clock_30_s_be
             }
         }
     };
+    eprintln!("crash: B refused {refused} calls, then minted {first} above A's last {a_last}, {:.1} s after the crash", crashed.elapsed().as_secs_f64());
     assert!(first > a_last, "B's first ID {first} is not above A's last {a_last}");
     assert!(refused > 0, "B, 30 s behind, minted at once: its first ID carries a time its clock had not reached");
 }
@@ -217,6 +220,15 @@ fn with_the_store_stopped_past_the_ttl_minting_stops_within_the_ttl_and_resumes_
     let calls = on_a.join().unwrap();
     only_refusals(&calls);
     let fence = stopped + Duration::from_secs(TTL_S) - MARGIN;
+    let last_ok = calls.iter().filter(|(t, r)| r.is_ok() && *t < returned).map(|(t, _)| *t).max();
+    let first_refused = calls.iter().filter(|(t, r)| r.is_err() && *t > stopped).map(|(t, _)| *t).min();
+    eprintln!(
+        "store stopped: last ID {:.2} s after, first refusal {:.2} s after (fence {:.2} s); resumed {:.2} s after it returned",
+        last_ok.map_or(-1.0, |t| t.saturating_duration_since(stopped).as_secs_f64()),
+        first_refused.map_or(-1.0, |t| (t - stopped).as_secs_f64()),
+        (fence - stopped).as_secs_f64(),
+        calls.iter().filter(|(t, r)| r.is_ok() && *t > returned).map(|(t, _)| (*t - returned).as_secs_f64()).fold(f64::MAX, f64::min)
+    );
     let late: Vec<_> = calls.iter().filter(|(t, r)| r.is_ok() && *t > fence && *t < returned).collect();
     assert!(late.is_empty(), "{} IDs minted in calls sent after the fence and before the store returned", late.len());
     assert!(calls.iter().any(|(t, r)| r.is_err() && *t < returned), "minting never stopped");
