@@ -37,8 +37,8 @@ use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTi
 use pgrx::prelude::*;
 
 use crate::backend::BackendLocal;
-use crate::core::generator::{Reservation, RETIRED};
-use crate::core::layout::{self, Parts, Shard, MAX_SEQ, MAX_SHARD, SEQ_BITS};
+use crate::core::generator::{self, Reservation, RETIRED};
+use crate::core::layout::{self, Parts, Shard, MAX_SEQ, MAX_SHARD};
 use crate::errors::{IdError, LoaderState, OrRaise};
 use crate::mark::DbReservation;
 use crate::shared::{self, FleetState, SHARD_WORDS};
@@ -96,7 +96,7 @@ fn read_image() -> Image {
             image.claimed[s as usize / 64] |= 1 << (s % 64);
         }
         if let Some(parts) = after.and_then(|a| layout::decompose(a).ok()) {
-            image.adopted.push((parts.shard as usize, ((parts.ms as u64) << SEQ_BITS) | parts.seq as u64));
+            image.adopted.push((parts.shard as usize, parts.tick()));
         }
     }
     let releases = catalog::query_rows(&format!("SELECT shard FROM {}", catalog::qualified("shard_releases")), &[], |r| {
@@ -141,9 +141,7 @@ fn publish_image(f: &FleetState, image: &Image) {
     let Ok(state) = shared::state() else { return };
     for (shard, tick) in &image.adopted {
         // An adopted shard never mints at or below the ID it was adopted after.
-        let _ = state.shards[*shard].last.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-            (cur != RETIRED && cur < *tick).then_some(*tick)
-        });
+        generator::raise_to(&state.shards[*shard].last, *tick);
     }
     for w in 0..SHARD_WORDS {
         f.released[w].fetch_or(image.released[w], Ordering::AcqRel);
@@ -352,7 +350,7 @@ pub fn retire_above_all(shard: Shard, for_good: bool) -> i64 {
 pub fn raise_above(shard: Shard, after: i64) {
     let parts = layout::decompose(after).or_raise();
     let reservation = DbReservation::loaded(settings::configured_epoch_ms());
-    let after_tick = ((parts.ms as u64) << SEQ_BITS) | parts.seq as u64;
+    let after_tick = parts.tick();
     let slot = &shared::state().or_raise().shards[shard.index()];
     let _ = slot.last.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
         Some(if cur == RETIRED { after_tick } else { cur.max(after_tick) })

@@ -12,14 +12,11 @@
 //! reserve) is an error, which stops the apply visibly rather than freeze
 //! minting until the clock catches up.
 
-use std::sync::atomic::Ordering;
-
 use pgrx::datum::TryFromDatumError;
 use pgrx::prelude::*;
 
-use crate::core::generator::RETIRED;
-use crate::core::generator::Reservation;
-use crate::core::layout::{self, SEQ_BITS};
+use crate::core::generator::{self, Reservation};
+use crate::core::layout;
 use crate::errors::{IdError, OrRaise};
 use crate::mark::{DbReservation, RESERVE_MS};
 use crate::{clock, settings, shared};
@@ -66,10 +63,7 @@ fn follow(id: i64) {
         IdError::FollowAhead { id, ahead_ms, bound_ms }.raise()
     }
     let state = shared::state().or_raise();
-    let tick = ((parts.ms as u64) << SEQ_BITS) | parts.seq as u64;
-    let slot = &state.shards[parts.shard as usize];
-    // A shard this server released stays released.
-    let _ = slot.last.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| (cur != RETIRED && cur < tick).then_some(tick));
+    generator::raise_to(&state.shards[parts.shard as usize].last, parts.tick());
     let reservation = DbReservation::loaded(epoch);
     if !reservation.covers(parts.ms) {
         reservation.extend(parts.ms).or_raise();

@@ -95,6 +95,12 @@ pub fn raise_floor(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
     }
 }
 
+/// Raises a generator's state to `tick` (an ID it must stay above), unless
+/// it is retired: a released shard stays released.
+pub fn raise_to(cell: &AtomicU64, tick: u64) {
+    let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| (cur != RETIRED && cur < tick).then_some(tick));
+}
+
 /// Like [`raise_floor`], and also brings a retired generator back (a
 /// shard whose lease this server is granted again, see `lease`).
 pub fn revive_above(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
@@ -188,6 +194,18 @@ mod tests {
 
     fn t(ms: u64, seq: u64) -> u64 {
         (ms << 10) | seq
+    }
+
+    #[test]
+    fn raise_to_raises_but_leaves_a_retired_generator_retired() {
+        let cell = AtomicU64::new(t(500, 3));
+        raise_to(&cell, t(600, 7));
+        assert_eq!(cell.load(Ordering::Relaxed), t(600, 7));
+        raise_to(&cell, t(550, 0));
+        assert_eq!(cell.load(Ordering::Relaxed), t(600, 7), "never lowered");
+        cell.store(RETIRED, Ordering::Relaxed);
+        raise_to(&cell, t(700, 0));
+        assert_eq!(cell.load(Ordering::Relaxed), RETIRED);
     }
 
     #[test]

@@ -67,6 +67,14 @@ pub fn from_tick(tick: u64, shard: Shard) -> i64 {
     ((ms << (SHARD_BITS + SEQ_BITS)) | ((shard.0 as u64) << SEQ_BITS) | seq) as i64
 }
 
+impl Parts {
+    /// The generator tick (`ms << 10 | seq`) of these parts: the inverse of [`from_tick`].
+    #[inline]
+    pub fn tick(&self) -> u64 {
+        ((self.ms as u64) << SEQ_BITS) | self.seq as u64
+    }
+}
+
 pub fn compose(parts: Parts) -> Result<i64, CoreError> {
     if !(0..=MAX_MS).contains(&parts.ms) {
         return Err(CoreError::TimeOutOfRange);
@@ -75,7 +83,7 @@ pub fn compose(parts: Parts) -> Result<i64, CoreError> {
     if !(0..=MAX_SEQ).contains(&parts.seq) {
         return Err(CoreError::SeqOutOfRange(parts.seq));
     }
-    Ok(from_tick(((parts.ms as u64) << SEQ_BITS) | parts.seq as u64, shard))
+    Ok(from_tick(parts.tick(), shard))
 }
 
 pub fn decompose(id: i64) -> Result<Parts, CoreError> {

@@ -126,7 +126,10 @@ struct Keeper {
 impl Keeper {
     fn new() -> Keeper {
         let store_text = settings::lease_store().unwrap_or_default();
-        let store = Store::parse(&store_text).or_raise_internal();
+        // The postmaster refused an address that cannot be read already.
+        let store = Store::parse(&store_text)
+            .map_err(|why| crate::errors::IdError::InvalidSetting { name: "pg_idgen.lease_store", why })
+            .or_raise();
         // SAFETY: reads globals set before any worker starts.
         let (system_id, port, pid, data) = unsafe {
             (
@@ -216,9 +219,7 @@ impl Keeper {
             let pinned = std::fs::read_to_string(CLUSTER_FILE).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
             let cluster = self.store.check_one_cluster(pinned.as_deref())?;
             if pinned.is_none() {
-                let _ = std::fs::create_dir_all("pg_idgen");
-                let tmp = format!("{CLUSTER_FILE}.tmp");
-                std::fs::write(&tmp, &cluster).and_then(|_| std::fs::rename(&tmp, CLUSTER_FILE)).map_err(|e| format!("{CLUSTER_FILE}: {e}"))?;
+                write_file(CLUSTER_FILE, &cluster).map_err(|e| format!("{CLUSTER_FILE}: {e}"))?;
             }
             self.one_cluster = true;
         }
@@ -401,19 +402,10 @@ impl Keeper {
         let now_ns = clock::coarse_ns();
         let valid_for_ms = self.valid_until_ns.saturating_sub(now_ns) / 1_000_000;
         let mark = rules::mark_ms(clock::unix_us().div_euclid(1000), valid_for_ms, settings::max_clock_lead_ms());
-        let epoch = settings::configured_epoch_ms();
-        let shards: Vec<u16> = self.held.keys().copied().collect();
-        for batch in shards.chunks(BATCH) {
-            let keys: Vec<String> = batch.iter().map(|s| rules::shard_key(&self.prefix, *s)).collect();
-            let puts: Vec<(String, String)> = batch
-                .iter()
-                .map(|s| (rules::mark_key(&self.prefix, *s), rules::mark_value(mark.max(self.held[s]), epoch)))
-                .collect();
-            if self.store.put_if_held(&keys, lease, &puts)? {
-                for s in batch {
-                    let filed = mark.max(self.held[s]);
-                    self.held.insert(*s, filed);
-                }
+        let marks: Vec<(u16, i64)> = self.held.iter().map(|(s, filed)| (*s, mark.max(*filed))).collect();
+        for batch in marks.chunks(BATCH) {
+            if self.put_marks(batch, lease)? {
+                self.held.extend(batch.iter().copied());
                 continue;
             }
             // Some key is no longer this lease's: find which, drop them.
@@ -422,13 +414,23 @@ impl Keeper {
                 .iter()
                 .filter_map(|kv| Some((rules::shard_of_key(&self.prefix, &kv.key)?, kv.lease)))
                 .collect();
-            for s in batch.iter().filter(|s| now.get(s) != Some(&lease)) {
+            for (s, _) in batch.iter().filter(|(s, _)| now.get(s) != Some(&lease)) {
                 warning!("pg_idgen lease keeper: shard {s} is no longer leased to this server; it stops minting");
                 self.drop_shard(*s, LeaseWhy::Lost);
             }
             return Err("a shard's lease was lost while filing marks (tried again)".into());
         }
         Ok(())
+    }
+
+    /// Files `marks` (shard, Unix ms) if every one of their keys is still
+    /// attached to `lease`: whether it did.
+    fn put_marks(&self, marks: &[(u16, i64)], lease: i64) -> Result<bool, String> {
+        let epoch = settings::configured_epoch_ms();
+        let keys: Vec<String> = marks.iter().map(|(s, _)| rules::shard_key(&self.prefix, *s)).collect();
+        let puts: Vec<(String, String)> =
+            marks.iter().map(|(s, m)| (rules::mark_key(&self.prefix, *s), rules::mark_value(*m, epoch))).collect();
+        self.store.put_if_held(&keys, lease, &puts)
     }
 
     /// Publishes the marks, then the validity.
@@ -458,13 +460,10 @@ impl Keeper {
         self.lease = None;
     }
 
+    /// A hint for the next start: not written durably, and a failure to write it is ignored.
     fn write_preferred(&self) {
         let text: Vec<String> = self.held.keys().map(u16::to_string).collect();
-        let _ = std::fs::create_dir_all("pg_idgen");
-        let tmp = format!("{PREFERRED_FILE}.tmp");
-        if std::fs::write(&tmp, text.join(" ")).is_ok() {
-            let _ = std::fs::rename(&tmp, PREFERRED_FILE);
-        }
+        let _ = write_file(PREFERRED_FILE, &text.join(" "));
     }
 
     /// Stops minting the held shards, files their exact marks and gives
@@ -484,10 +483,7 @@ impl Keeper {
             exact.push((*s, mark));
         }
         for batch in exact.chunks(BATCH) {
-            let keys: Vec<String> = batch.iter().map(|(s, _)| rules::shard_key(&self.prefix, *s)).collect();
-            let puts: Vec<(String, String)> =
-                batch.iter().map(|(s, m)| (rules::mark_key(&self.prefix, *s), rules::mark_value(*m, epoch))).collect();
-            if let Err(e) = self.store.put_if_held(&keys, lease, &puts) {
+            if let Err(e) = self.put_marks(batch, lease) {
                 log!("pg_idgen lease keeper: could not file the exact marks at release ({e}); the marks filed before stand");
                 return;
             }
@@ -510,13 +506,11 @@ fn listed<'a>(shards: impl Iterator<Item = &'a u16>) -> String {
     }
 }
 
-/// Raises a setting error the postmaster would have refused already.
-trait OrRaiseInternal<T> {
-    fn or_raise_internal(self) -> T;
-}
-
-impl<T> OrRaiseInternal<T> for Result<T, String> {
-    fn or_raise_internal(self) -> T {
-        self.map_err(|why| crate::errors::IdError::InvalidSetting { name: "pg_idgen.lease_store", why }).or_raise()
-    }
+/// Writes a file of the keeper's in the extension's directory of the data
+/// directory, whole or not at all (written aside, then renamed into place).
+fn write_file(path: &str, text: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all("pg_idgen")?;
+    let tmp = format!("{path}.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
 }

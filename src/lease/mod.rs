@@ -41,14 +41,14 @@ pub fn check(leases: &LeaseState, shard: Shard) -> Result<Option<i64>, IdError> 
     let i = shard.index();
     let until = leases.valid_until_ns[i].load(Ordering::Acquire);
     if until == 0 || clock::coarse_ns() >= until {
-        return Err(not_held(shard.index() as i32));
+        return Err(not_held(leases, shard.index() as i32));
     }
     Ok(Some(leases.cap_ms[i].load(Ordering::Acquire)))
 }
 
 #[cold]
-fn not_held(shard: i32) -> IdError {
-    let why = shared::state().map_or(LeaseWhy::NotAsked, |s| LeaseWhy::from_u32(s.leases.why[shard as usize].load(Ordering::Acquire)));
+fn not_held(leases: &LeaseState, shard: i32) -> IdError {
+    let why = LeaseWhy::from_u32(leases.why[shard as usize].load(Ordering::Acquire));
     IdError::LeaseNotHeld { shard, why, store: settings::lease_store().unwrap_or_default() }
 }
 
