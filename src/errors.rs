@@ -39,12 +39,14 @@ pub enum LeaseWhy {
     Released = 6,
     /// Its mark in the store cannot be used (unreadable, another epoch).
     Refused = 7,
+    /// The leader key (`pg_idgen.lease_leader_key`) names another server.
+    NotLeader = 8,
 }
 
 impl LeaseWhy {
     pub fn from_u32(v: u32) -> LeaseWhy {
         use LeaseWhy::*;
-        [NotAsked, Asking, Held, HeldElsewhere, Unreachable, Lost, Released, Refused].into_iter().find(|w| *w as u32 == v).unwrap_or(NotAsked)
+        [NotAsked, Asking, Held, HeldElsewhere, Unreachable, Lost, Released, Refused, NotLeader].into_iter().find(|w| *w as u32 == v).unwrap_or(NotAsked)
     }
 
     /// The state as `shard_leases()` shows it.
@@ -58,6 +60,7 @@ impl LeaseWhy {
             LeaseWhy::Lost => "lost",
             LeaseWhy::Released => "released",
             LeaseWhy::Refused => "refused",
+            LeaseWhy::NotLeader => "not leader",
         }
     }
 }
@@ -369,6 +372,7 @@ impl IdError {
                     LeaseWhy::Lost => format!("The store at {store} let its lease run out (this server was paused or cut off past the TTL); the keeper asks for it again."),
                     LeaseWhy::Released => "This server gave its lease back.".into(),
                     LeaseWhy::Refused => "Its mark in the store cannot be used (unreadable, or filed under another pg_idgen.epoch); the server log says which.".into(),
+                    LeaseWhy::NotLeader => "The leader key of pg_idgen.lease_leader_key names another server: this one is not the primary its cluster elected.".into(),
                 }),
                 Some("SELECT * FROM shard_leases() shows the leases this server holds; its log says what the lease keeper does.".into()),
             ),

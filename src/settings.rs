@@ -22,6 +22,7 @@ static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(1000);
 static LEASE_STORE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static LEASE_PREFIX: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"/pg_idgen/"));
 static LEASE_SHARDS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static LEASE_LEADER_KEY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static LEASE_AUTO_SHARDS: GucSetting<i32> = GucSetting::<i32>::new(0);
 static LEASE_TTL: GucSetting<i32> = GucSetting::<i32>::new(10);
 static REWRITE_TIME_FILTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
@@ -151,6 +152,14 @@ fn register_leases() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_leader_key",
+        c"A writer election in the lease store (Patroni's leader key) and this server's name in it, as key=name.",
+        c"While the key names this server, it takes at once the shards an earlier primary of the same data still holds; while it names another, this server mints none.",
+        &LEASE_LEADER_KEY,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"pg_idgen.lease_ttl",
         c"The time to live of this server's lease in the lease store.",
@@ -163,6 +172,9 @@ fn register_leases() {
     );
     if let Err(e) = lease_shards() {
         IdError::InvalidSetting { name: "pg_idgen.lease_shards", why: e }.raise()
+    }
+    if let Err(e) = lease_leader() {
+        IdError::InvalidSetting { name: "pg_idgen.lease_leader_key", why: e }.raise()
     }
     if let Some(store) = lease_store() {
         if let Err(e) = crate::lease::etcd::Store::parse(&store) {
@@ -191,6 +203,11 @@ pub fn lease_prefix() -> String {
 /// `pg_idgen.lease_shards`, read.
 pub fn lease_shards() -> Result<Vec<u16>, String> {
     crate::core::lease::parse_shards(&text(&LEASE_SHARDS).unwrap_or_default())
+}
+
+/// `pg_idgen.lease_leader_key`, read: the key and this server's name in it.
+pub fn lease_leader() -> Result<Option<(String, String)>, String> {
+    crate::core::lease::parse_leader(&text(&LEASE_LEADER_KEY).unwrap_or_default())
 }
 
 pub fn lease_auto_shards() -> usize {

@@ -83,13 +83,32 @@ impl Etcd {
 
     /// Writes `value` at `key`, as another tool would (the v3 JSON gateway).
     pub fn put(&self, key: &str, value: &str) {
+        self.post("/v3/kv/put", &format!("{{\"key\":\"{}\",\"value\":\"{}\"}}", b64(key), b64(value)));
+    }
+
+    /// The lease `key` is attached to (None: no such key, or none).
+    pub fn lease_of(&self, key: &str) -> Option<i64> {
+        let answer = self.post("/v3/kv/range", &format!("{{\"key\":\"{}\"}}", b64(key)));
+        field(&answer, "lease").filter(|l| *l != 0)
+    }
+
+    /// The seconds lease `id` has left as the store counts them (-1 once it ran out or was revoked).
+    pub fn ttl_left(&self, id: i64) -> i64 {
+        let answer = self.post("/v3/lease/timetolive", &format!("{{\"ID\":\"{id}\"}}"));
+        assert!(answer.contains("\"ID\":\""), "{answer}");
+        // The gateway leaves out a TTL of 0 (its JSON omits default values).
+        field(&answer, "TTL").unwrap_or(0)
+    }
+
+    /// One request to the JSON gateway; its answer's body.
+    fn post(&self, path: &str, body: &str) -> String {
         use std::io::{Read, Write};
-        let body = format!("{{\"key\":\"{}\",\"value\":\"{}\"}}", b64(key), b64(value));
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(s, "POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+        write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
         let mut answer = String::new();
         s.read_to_string(&mut answer).unwrap();
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answer
     }
 
     fn resume_if_running(&self) {
@@ -105,6 +124,12 @@ impl Etcd {
             let _ = child.wait();
         }
     }
+}
+
+/// A number the gateway writes as `"name":"123"` (the first one in the answer).
+fn field(answer: &str, name: &str) -> Option<i64> {
+    let rest = &answer[answer.find(&format!("\"{name}\":\""))? + name.len() + 4..];
+    rest[..rest.find('"')?].parse().ok()
 }
 
 /// Base64 (standard alphabet, padded), for the JSON gateway.

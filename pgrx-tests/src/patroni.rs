@@ -97,6 +97,11 @@ pub struct Config {
     pub post_bootstrap_sql: String,
     /// More PostgreSQL parameters for every node, through the DCS (`name: value` lines).
     pub parameters: Vec<String>,
+    /// Patroni's `ttl` (s); `loop_wait` is 1 s and `retry_timeout` 3 s.
+    pub ttl: u64,
+    /// PostgreSQL parameters in each node's own configuration, `{member}`
+    /// standing for its member name (`name: value` lines).
+    pub node_parameters: Vec<String>,
 }
 
 pub struct Node {
@@ -242,7 +247,7 @@ etcd3:
   hosts: 127.0.0.1:{etcd}
 bootstrap:
   dcs:
-    ttl: 10
+    ttl: {ttl}
     loop_wait: 1
     retry_timeout: 3
     maximum_lag_on_failover: 1048576
@@ -276,13 +281,15 @@ postgresql:
       password: postgres
   parameters:
     unix_socket_directories: '{dir}'
-  pg_hba:
+{own}  pg_hba:
     - local all all trust
     - host all all 127.0.0.1/32 trust
     - host replication all 127.0.0.1/32 trust
 ",
                 etcd = etcd.port,
+                ttl = config.ttl,
                 extra = config.parameters.iter().map(|p| format!("        {p}\n")).collect::<String>(),
+                own = config.node_parameters.iter().map(|p| format!("    {}\n", p.replace("{member}", &name))).collect::<String>(),
                 post = post_bootstrap.display(),
                 data = node_dir.join("data").display(),
                 bin = bin.display(),

@@ -447,3 +447,143 @@ fn a_keeper_stopped_while_the_store_stalls_leaves_its_shard_minting_after_its_re
     });
     assert!(after > before);
 }
+
+/// A leader key, as Patroni keeps one, decides between servers of the same
+/// data (TTL 30 s here, which the Patroni settings filed beside the key
+/// allow: 24 s of minting < ttl 60 - loop_wait 10 - retry_timeout 10).
+/// - A frozen primary's lease is not waited for: the standby the key names,
+///   promoted, takes its shard once the lease missed a renewal (11 s of its
+///   30), and mints above what it replayed; the old primary, thawed after
+///   its lease ran out, mints none of it.
+/// - A copy that follows another election's key never takes it.
+/// - A deposed primary that still runs gives its shard back with its exact
+///   mark: the server named next, its clock 5 s behind, mints above it
+///   although it never replayed the deposed one's IDs (with no mark it would
+///   mint below them; with the mark filed before, 24 s + the 10 s lead
+///   ahead, it would refuse).
+/// - With Patroni's settings too short to fence, nothing is taken at once.
+#[test]
+fn the_leader_key_lets_the_elected_primary_take_a_silent_ones_shard_before_its_lease_runs_out() {
+    let etcd = etcd("lease-leader");
+    let fencing = r#"{"ttl":60,"loop_wait":10,"retry_timeout":10}"#;
+    for (election, leader) in [("e", "a"), ("f", "c")] {
+        etcd.put(&format!("/{election}/leader"), leader);
+        etcd.put(&format!("/{election}/config"), fencing);
+    }
+    let follows = |name: &str, election: &str| {
+        let mut lines = leasing(&etcd, "5", 0);
+        lines.push("pg_idgen.lease_ttl = 30".into());
+        lines.push(format!("pg_idgen.lease_leader_key = '/{election}/leader={name}'"));
+        lines
+    };
+    let a = Server::start_with_clock("lease-leader-a", &conf(&follows("a", "e")));
+    wait_held(&a, &[5], 30);
+    let b = Server::standby_of(&a, "lease-leader-b", &conf(&follows("b", "e")));
+    let mut ca = a.client();
+    let a_last: i64 = ca.query_one("SELECT max(next_shard_id(5)) FROM generate_series(1, 20000)", &[]).unwrap().get(0);
+    let a_lease = etcd.lease_of("/pg_idgen/shard/0005").expect("A holds shard 5");
+    b.wait_for_replay(&a);
+
+    // A freezes; the election names b, which is promoted and takes shard 5 from A's live lease.
+    // (A running primary is never taken from: see the last part.)
+    a.freeze();
+    struct Thaw<'a>(&'a Server);
+    impl Drop for Thaw<'_> {
+        fn drop(&mut self) {
+            self.0.thaw();
+        }
+    }
+    let thaw = Thaw(&a);
+    etcd.put("/e/leader", "b");
+    b.promote();
+    wait_held(&b, &[5], 60);
+    assert!(etcd.ttl_left(a_lease) > 0, "A's lease ran out first: nothing shows it was not waited for");
+    assert!(b.log().contains("took shard 5 from an earlier primary"), "B did not take the shard over");
+    let mut cb = b.client();
+    let b_first: i64 = cb.query_one("SELECT min(next_shard_id(5)) FROM generate_series(1, 1000)", &[]).unwrap().get(0);
+    assert!(b_first > a_last, "the new primary's first ID {b_first} is not above A's last {a_last}");
+
+    // A wakes once its lease ran out in the store: it mints nothing of shard 5.
+    eventually(60, "A's lease runs out in the store", || etcd.ttl_left(a_lease) <= 0);
+    drop(thaw);
+    let woke = Instant::now();
+    let mut refused = 0;
+    while woke.elapsed() < Duration::from_secs(4) {
+        assert_eq!(sqlstate(ca.query_one("SELECT next_shard_id(5)", &[])), "55000", "A minted after waking");
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(refused > 10, "A was asked only {refused} times");
+    eventually(30, "A sees it is not the leader", || {
+        ca.query_one("SELECT state FROM shard_leases() WHERE shard = 5", &[]).unwrap().get::<_, String>(0) == "not leader"
+    });
+    let e = ca.query_one("SELECT next_shard_id(5)", &[]).unwrap_err();
+    let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or_default().to_string();
+    assert!(detail.contains("names another server"), "{detail}");
+
+    // A copy of B following another election, named leader there, never takes shard 5.
+    let c = Server::clone_of(&b, "lease-leader-c", &conf(&follows("c", "f")));
+    let mut cc = c.client();
+    eventually(60, "the copy sees shard 5 held elsewhere", || {
+        cc.query_one("SELECT state FROM shard_leases() WHERE shard = 5", &[]).unwrap().get::<_, String>(0) == "held elsewhere"
+    });
+    for _ in 0..20 {
+        assert_eq!(sqlstate(cc.query_one("SELECT next_shard_id(5)", &[])), "55000", "the copy minted shard 5");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!c.log().contains("took shard 5"), "the copy took shard 5");
+    drop(cc);
+    drop(c);
+
+    // The election names a again while B runs: B, renewing its lease, is not
+    // taken from; it gives shard 5 back with its exact mark, and A, which
+    // never replayed B's IDs, mints above them.
+    a.set_clock("-5s");
+    let b_last: i64 = cb.query_one("SELECT max(next_shard_id(5)) FROM generate_series(1, 20000)", &[]).unwrap().get(0);
+    etcd.put("/e/leader", "a");
+    eventually(30, "B gives shard 5 back", || etcd.lease_of("/pg_idgen/shard/0005").is_none() || !held(&b).contains(&5));
+    wait_held(&a, &[5], 60);
+    assert!(b.log().contains("gave back shards 5 with their exact marks"), "B did not give the shard back");
+    assert_eq!(sqlstate(cb.query_one("SELECT next_shard_id(5)", &[])), "55000", "B minted after it was deposed");
+    let a_next: i64 = ca.query_one("SELECT min(next_shard_id(5)) FROM generate_series(1, 1000)", &[]).unwrap().get(0);
+    assert!(a_next > b_last, "A's first ID {a_next} after taking the shard back is not above B's last {b_last}");
+}
+
+/// With Patroni's settings beside the leader key too short to fence a
+/// frozen primary (its 24 s of minting against ttl 30 - 10 - 10), the
+/// elected server waits for the old lease instead of taking it at once.
+#[test]
+fn the_leader_key_takes_nothing_at_once_when_patronis_settings_cannot_fence() {
+    let etcd = etcd("lease-unfenced");
+    etcd.put("/e/leader", "a");
+    etcd.put("/e/config", r#"{"ttl":30,"loop_wait":10,"retry_timeout":10}"#);
+    let follows = |name: &str| {
+        let mut lines = leasing(&etcd, "5", 0);
+        lines.push("pg_idgen.lease_ttl = 30".into());
+        lines.push(format!("pg_idgen.lease_leader_key = '/e/leader={name}'"));
+        lines
+    };
+    let a = Server::start("lease-unfenced-a", &conf(&follows("a")));
+    wait_held(&a, &[5], 30);
+    let b = Server::standby_of(&a, "lease-unfenced-b", &conf(&follows("b")));
+    b.wait_for_replay(&a);
+    let a_lease = etcd.lease_of("/pg_idgen/shard/0005").expect("A holds shard 5");
+    a.freeze();
+    struct Thaw<'a>(&'a Server);
+    impl Drop for Thaw<'_> {
+        fn drop(&mut self) {
+            self.0.thaw();
+        }
+    }
+    let _thaw = Thaw(&a);
+    etcd.put("/e/leader", "b");
+    b.promote();
+    eventually(60, "B logs why it waits", || b.log().contains("are waited for, not taken at once"));
+    let mut cb = b.client();
+    while etcd.ttl_left(a_lease) > 2 {
+        assert_eq!(sqlstate(cb.query_one("SELECT next_shard_id(5)", &[])), "55000", "B minted while A's lease lived");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!b.log().contains("took shard 5"), "B took the shard at once");
+    wait_held(&b, &[5], 60);
+}

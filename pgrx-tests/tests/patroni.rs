@@ -101,25 +101,51 @@ mod patroni {
         }
     }
 
-    /// The lease TTL of the clusters that lease their shard from the DCS's etcd.
-    const LEASE_TTL_S: u64 = 10;
+    /// The lease TTL of the clusters that lease their shard from the DCS's
+    /// etcd. With Patroni's ttl 30 (loop_wait 1, retry_timeout 3) it lets a
+    /// primary mint 12 s after its last renewal, less than the 26 s Patroni
+    /// waits before electing another in place of one cut off: the leader key
+    /// fences it (`core::lease::election_fences`).
+    const LEASE_TTL_S: u64 = 15;
+    /// Patroni's ttl in the killed-primary runs (a killed PostgreSQL gives
+    /// the leader key back at once: the failover does not wait for it).
+    const PATRONI_TTL_S: u64 = 30;
+
+    /// How a cluster's nodes mint shard 7.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Leases {
+        /// As without a lease store.
+        None,
+        /// Leased from the DCS's etcd, TTL `LEASE_TTL_S`.
+        Leased,
+        /// Leased, each node following Patroni's leader key, TTL `LEASE_TTL_S`.
+        LeaderKey,
+    }
+
+    /// The key of shard 7's lease (`pg_idgen.lease_prefix` left at its default).
+    const SHARD_7_KEY: &str = "/pg_idgen/shard/0007";
 
     /// etcd and a cluster of `nodes` with the events table, and three clients
-    /// inserting into it for 5 s already; with `leases`, every node leases
+    /// inserting into it for 5 s already; with leases, every node leases
     /// shard 7 from the same etcd. (Dropped in reverse: clients, cluster, etcd.)
-    fn under_load(scope: &str, nodes: usize, synchronous: bool, leases: bool) -> (Etcd, Cluster, Workload) {
+    fn under_load(scope: &str, nodes: usize, synchronous: bool, leases: Leases, ttl: u64) -> (Etcd, Cluster, Workload) {
         require_patroni();
         let dir = harness::test_dir(scope);
         let etcd = Etcd::start(&dir);
         let parameters = match leases {
-            true => vec![
+            Leases::None => vec![],
+            _ => vec![
                 format!("pg_idgen.lease_store: 'http://127.0.0.1:{}'", etcd.port),
                 "pg_idgen.lease_shards: '7'".into(),
                 format!("pg_idgen.lease_ttl: {LEASE_TTL_S}"),
             ],
-            false => vec![],
         };
-        let config = Config { nodes, synchronous, post_bootstrap_sql: TABLE.into(), parameters };
+        // Patroni's leader key: its namespace, the scope, `leader`; its value the member's name.
+        let node_parameters = match leases {
+            Leases::LeaderKey => vec![format!("pg_idgen.lease_leader_key: '/pg_idgen_test/{scope}/leader={{member}}'")],
+            _ => vec![],
+        };
+        let config = Config { nodes, synchronous, post_bootstrap_sql: TABLE.into(), parameters, node_parameters, ttl };
         let cluster = Cluster::start(&etcd, &dir, scope, &config);
         let workload = Workload::start(&cluster.conninfo(), 3, INSERT);
         workload.wait_for_ack_after(Instant::now(), 30);
@@ -133,7 +159,7 @@ mod patroni {
     /// acknowledged gets a larger ID and UUID, and every outage is bounded.
     #[test]
     fn failovers_under_patroni_lose_and_repeat_nothing() {
-        let (_etcd, cluster, workload) = under_load("sync", 3, true, false);
+        let (_etcd, cluster, workload) = under_load("sync", 3, true, Leases::None, 10);
 
         let mut events = Vec::new();
         let mut event = |name: &'static str, act: &dyn Fn(usize) -> usize| {
@@ -380,17 +406,22 @@ mod patroni {
         );
     }
 
-    /// A killed primary, measured without and with shard leases (the same
-    /// etcd as Patroni's), one after the other: each keeps every ID and UUID
-    /// unique and in order; the lease adds at most its TTL to the outage.
+    /// A killed primary, measured without shard leases, with them (the
+    /// same etcd as Patroni's), and with them following Patroni's leader
+    /// key, one after the other: each keeps every ID and UUID unique and in
+    /// order; the lease adds at most its TTL to the outage, and with the
+    /// leader key the new primary mints while the old primary's lease still
+    /// lives (taken once it missed a renewal, not waited for).
     #[test]
     fn asynchronous_replication_under_a_killed_primary_is_measured_with_and_without_leases() {
-        let without = killed_primary("async", false);
-        let with = killed_primary("leased", true);
+        let without = killed_primary("async", Leases::None);
+        let with = killed_primary("leased", Leases::Leased);
+        let leader_key = killed_primary("leader", Leases::LeaderKey);
         println!(
-            "outage after a killed primary: {:.1} s without shard leases, {:.1} s with them (pg_idgen.lease_ttl = {LEASE_TTL_S} s, Patroni ttl = 10 s)",
+            "outage after a killed primary: {:.1} s without shard leases, {:.1} s with them, {:.1} s with them following Patroni's leader key (pg_idgen.lease_ttl = {LEASE_TTL_S} s, Patroni ttl = {PATRONI_TTL_S} s)",
             without.as_secs_f64(),
-            with.as_secs_f64()
+            with.as_secs_f64(),
+            leader_key.as_secs_f64(),
         );
         assert!(
             with < without + Duration::from_secs(LEASE_TTL_S + 5),
@@ -403,9 +434,11 @@ mod patroni {
     /// docs/patroni.md says of it: rows acknowledged in the last moments may be lost
     /// and their IDs handed out again; the new primary's own rows never repeat
     /// an ID, and it mints above everything it replayed. Returns the outage.
-    fn killed_primary(scope: &str, leases: bool) -> Duration {
-        let (_etcd, cluster, workload) = under_load(scope, 2, false, leases);
+    fn killed_primary(scope: &str, leases: Leases) -> Duration {
+        let (etcd, cluster, workload) = under_load(scope, 2, false, leases, PATRONI_TTL_S);
         let leader = cluster.wait_healthy();
+        // The old primary's lease on shard 7 (its inserts succeed, so it holds it).
+        let old_lease = (leases != Leases::None).then(|| etcd.lease_of(SHARD_7_KEY).expect("the primary holds shard 7's lease"));
         let start = Instant::now();
         cluster.crash_postgres(leader);
         // Every process of the old primary is stopped from here on: a statement
@@ -416,6 +449,14 @@ mod patroni {
         });
         workload.wait_for_ack_after(start, 60);
         let recovered = Instant::now();
+        if leases == Leases::LeaderKey {
+            // The first insert the new primary acknowledged came while the
+            // old primary's lease still lived: taken over, not waited for.
+            let left = etcd.ttl_left(old_lease.unwrap());
+            assert!(left > 0, "the old primary's lease had run out ({left}) before the new primary minted");
+            assert_ne!(etcd.lease_of(SHARD_7_KEY), old_lease, "shard 7 still under the old primary's lease");
+            println!("the new primary minted shard 7 with {left} s left on the old primary's lease");
+        }
         cluster.wait_healthy();
         std::thread::sleep(Duration::from_secs(3));
         let (acks, failures) = workload.stop();
@@ -425,7 +466,11 @@ mod patroni {
             recovered,
         }];
         print_events(
-            if leases { "Patroni, asynchronous replication, 2 nodes, 3 clients, shard 7 leased:" } else { "Patroni, asynchronous replication, 2 nodes, 3 clients:" },
+            match leases {
+                Leases::None => "Patroni, asynchronous replication, 2 nodes, 3 clients:",
+                Leases::Leased => "Patroni, asynchronous replication, 2 nodes, 3 clients, shard 7 leased:",
+                Leases::LeaderKey => "Patroni, asynchronous replication, 2 nodes, 3 clients, shard 7 leased, leader key followed:",
+            },
             &acks,
             &events,
         );
@@ -466,9 +511,9 @@ mod patroni {
             "UUIDs out of order"
         );
         let out = outage(&acks, start, recovered + Duration::from_secs(3));
-        let bound = Duration::from_secs(if leases { 20 + LEASE_TTL_S } else { 20 });
+        let bound = Duration::from_secs(if leases == Leases::Leased { 20 + LEASE_TTL_S } else { 20 });
         assert!(out < bound, "no write for {out:?}");
-        if leases {
+        if leases != Leases::None {
             // Refusals while the old primary's lease runs out are 55000, never a repeat.
             assert!(count_codes(&failures).iter().all(|(code, _)| code != "23505"), "{:?}", count_codes(&failures));
         }
@@ -494,6 +539,8 @@ mod patroni {
                 synchronous: true,
                 post_bootstrap_sql: String::new(),
                 parameters: vec![],
+                node_parameters: vec![],
+                ttl: 10,
             },
         );
         let b = Cluster::start(
@@ -505,6 +552,8 @@ mod patroni {
                 synchronous: false,
                 post_bootstrap_sql: String::new(),
                 parameters: vec![],
+                node_parameters: vec![],
+                ttl: 10,
             },
         );
         let mut ca = postgres::Client::connect(&a.conninfo(), postgres::NoTls).unwrap();

@@ -183,9 +183,18 @@ pub fn to_ask(
 }
 
 /// The value a holder writes in a shard's key: who holds it, as one line
-/// (`<identity> <system identifier> <description>`).
-pub fn owner_value(identity: &str, system_id: u64, description: &str) -> String {
-    format!("{identity} {system_id} {description}")
+/// (`<identity> <system identifier> <description>`, then ` leader-key <key>`
+/// when it follows a leader key).
+pub fn owner_value(identity: &str, system_id: u64, description: &str, leader_key: Option<&str>) -> String {
+    match leader_key {
+        Some(key) => format!("{identity} {system_id} {description} leader-key {key}"),
+        None => format!("{identity} {system_id} {description}"),
+    }
+}
+
+/// The leader key an owner value follows, if any.
+pub fn owner_leader_key(value: &str) -> Option<&str> {
+    value.rsplit_once(" leader-key ").map(|(_, key)| key)
 }
 
 /// The identity and system identifier of an owner value.
@@ -193,6 +202,104 @@ pub fn owner_of(value: &str) -> (&str, Option<u64>) {
     let mut words = value.splitn(3, ' ');
     let identity = words.next().unwrap_or("");
     (identity, words.next().and_then(|w| w.parse().ok()))
+}
+
+/// `pg_idgen.lease_leader_key` read: the key of a writer election (Patroni's
+/// leader key, `<namespace><scope>/leader`) and the value by which it names
+/// this server (its member name), written `key=value`; empty means none.
+pub fn parse_leader(spec: &str) -> Result<Option<(String, String)>, String> {
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Ok(None);
+    }
+    match spec.split_once('=') {
+        Some((key, name)) if !key.trim().is_empty() && !name.trim().is_empty() => {
+            Ok(Some((key.trim().to_string(), name.trim().to_string())))
+        }
+        _ => Err(format!("\"{spec}\" is not of the form key=name (Patroni's leader key and this member's name)")),
+    }
+}
+
+/// What the leader key says, read in the keeper's round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leader {
+    /// No leader key configured: leases alone decide.
+    Unused,
+    /// Configured, and the key is absent (no writer elected).
+    Absent,
+    /// The key names this server.
+    Me,
+    /// The key names another server, as given.
+    Other(String),
+}
+
+impl Leader {
+    pub fn of(value: Option<&str>, name: &str) -> Leader {
+        match value {
+            None => Leader::Absent,
+            Some(v) if v == name => Leader::Me,
+            Some(v) => Leader::Other(v.to_string()),
+        }
+    }
+}
+
+/// Whether a server may take a shard held by another lease at once, rather
+/// than wait for that lease to run out: only when the leader key names it
+/// (the election says it is the one writer), and the holder is an earlier
+/// primary of the same data (same system identifier, another start): the
+/// old primary of a failover, which the election has deposed. The new
+/// primary then mints above what it replayed, as it does without leases.
+/// A holder that follows another leader key (a copy of this data in
+/// another cluster), or none, is never taken from.
+pub fn may_take_over(leader: &Leader, holder: &str, me: &str) -> bool {
+    let (identity, system_id) = owner_of(holder);
+    let (my_identity, my_system_id) = owner_of(me);
+    *leader == Leader::Me
+        && system_id.is_some()
+        && system_id == my_system_id
+        && identity != my_identity
+        && owner_leader_key(holder).is_some()
+        && owner_leader_key(holder) == owner_leader_key(me)
+}
+
+/// Whether Patroni's election stops a primary's minting before Patroni can
+/// elect another: a primary cut off or frozen keeps its leader key for
+/// Patroni's `ttl` after its last update of it, which came at most one
+/// cycle (`loop_wait`, plus up to `retry_timeout` for a slow store) before
+/// it stopped; it mints until `TTL - margin` after its last renewal of the
+/// lease, made before it stopped. Only if that always comes first may the
+/// elected primary take its shards without waiting for its lease.
+pub fn election_fences(ttl_ms: u64, patroni: (u64, u64, u64)) -> bool {
+    let (patroni_ttl_s, loop_wait_s, retry_timeout_s) = patroni;
+    let mints_for = ttl_ms.saturating_sub(margin_ms(ttl_ms));
+    mints_for < patroni_ttl_s.saturating_sub(loop_wait_s).saturating_sub(retry_timeout_s).saturating_mul(1000)
+}
+
+/// Patroni's ttl, loop_wait and retry_timeout (seconds) from its
+/// configuration key's JSON, with Patroni's defaults for those not set.
+pub fn patroni_timing(text: &str) -> Option<(u64, u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let get = |name: &str, default: u64| match &v[name] {
+        serde_json::Value::Null => Some(default),
+        n => n.as_u64().or_else(|| n.as_str()?.parse().ok()),
+    };
+    Some((get("ttl", 30)?, get("loop_wait", 10)?, get("retry_timeout", 10)?))
+}
+
+/// Whether a holder's lease, `remaining_s` of its `granted_s` left as the
+/// store reports them (whole seconds, rounded down), shows it missed a
+/// renewal by more than a second: a holder that runs renews three times
+/// per TTL. Only a silent holder (crashed, frozen, cut off) is taken from
+/// at once; a deposed one that runs gives its shards back by itself.
+pub fn missed_renewal(remaining_s: i64, granted_s: i64) -> bool {
+    let granted_ms = granted_s.max(0) as u64 * 1000;
+    let since_ms = granted_ms.saturating_sub(remaining_s.max(0) as u64 * 1000 + 1000);
+    granted_s > 0 && since_ms > renew_every_ms(granted_ms) + 1000
+}
+
+/// Patroni's configuration key beside its leader key (`…/leader` → `…/config`).
+pub fn election_config_key(leader_key: &str) -> Option<String> {
+    leader_key.strip_suffix("/leader").map(|dir| format!("{dir}/config"))
 }
 
 /// The key of a shard's lease, and of its mark, under `prefix`. Numbers
@@ -323,7 +430,7 @@ mod tests {
 
     #[test]
     fn owner_values_and_keys_read_back() {
-        let v = owner_value("ab12", 7_345_123, "host:5432 pid 9");
+        let v = owner_value("ab12", 7_345_123, "host:5432 pid 9", None);
         assert_eq!(owner_of(&v), ("ab12", Some(7_345_123)));
         assert_eq!(owner_of("garbage"), ("garbage", None));
         assert_eq!(shard_key("/pg_idgen/", 5), "/pg_idgen/shard/0005");
@@ -332,5 +439,62 @@ mod tests {
         assert_eq!(shard_of_key("/p/", "/p/shard/9999"), None);
         assert_eq!(shard_of_key("/p/", "/q/shard/0042"), None);
         assert!(shard_key("/p/", 9) < shard_key("/p/", 10));
+    }
+
+    #[test]
+    fn leader_keys_parse_and_decide_take_overs() {
+        assert_eq!(parse_leader(""), Ok(None));
+        assert_eq!(
+            parse_leader(" /service/batman/leader = node1 "),
+            Ok(Some(("/service/batman/leader".into(), "node1".into())))
+        );
+        for bad in ["/service/batman/leader", "=node1", "/k=", "="] {
+            assert!(parse_leader(bad).unwrap_err().contains("key=name"), "{bad}");
+        }
+        assert_eq!(Leader::of(None, "n1"), Leader::Absent);
+        assert_eq!(Leader::of(Some("n1"), "n1"), Leader::Me);
+        assert_eq!(Leader::of(Some("n2"), "n1"), Leader::Other("n2".into()));
+        let key = Some("/service/a/leader");
+        let old_primary = owner_value("aa", 7, "host:5432", key);
+        let me = owner_value("bb", 7, "host2:5432", key);
+        assert_eq!(owner_leader_key(&old_primary), key);
+        assert_eq!(owner_of(&old_primary), ("aa", Some(7)));
+        // Named leader, same data, same election, another start: taken at once.
+        assert!(may_take_over(&Leader::Me, &old_primary, &me));
+        // Not the leader, or no election: waits for the lease to run out.
+        for leader in [Leader::Unused, Leader::Absent, Leader::Other("n2".into())] {
+            assert!(!may_take_over(&leader, &old_primary, &me), "{leader:?}");
+        }
+        // Another system identifier, this very start, a copy in another
+        // election or in none: never.
+        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 8, "h", key), &me));
+        assert!(!may_take_over(&Leader::Me, &owner_value("bb", 7, "h", key), &me));
+        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 7, "h", Some("/service/b/leader")), &me));
+        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 7, "h", None), &me));
+        assert!(!may_take_over(&Leader::Me, &old_primary, &owner_value("bb", 7, "h", None)));
+        assert!(!may_take_over(&Leader::Me, "garbage", &me));
+        assert!(!may_take_over(&Leader::Me, "", &me));
+        // Patroni's defaults (ttl 30, loop_wait 10, retry_timeout 10) fence
+        // a 10 s lease (minting 8 s < 10 s), not a 15 s one (12 s).
+        assert!(election_fences(10_000, (30, 10, 10)));
+        assert!(!election_fences(15_000, (30, 10, 10)));
+        assert!(!election_fences(12_500, (30, 10, 10)));
+        assert!(election_fences(12_400, (30, 10, 10)));
+        assert!(!election_fences(10_000, (5, 10, 10)));
+        assert_eq!(election_config_key("/service/batman/leader").as_deref(), Some("/service/batman/config"));
+        assert_eq!(election_config_key("/elsewhere/who"), None);
+        // A 15 s lease renewed every 5 s: 7 s left (at least 7 s since the
+        // renewal, rounded down) is one missed by more than a second.
+        assert!(!missed_renewal(15, 15));
+        assert!(!missed_renewal(9, 15));
+        assert!(!missed_renewal(8, 15));
+        assert!(missed_renewal(7, 15));
+        assert!(missed_renewal(0, 15));
+        assert!(!missed_renewal(-1, 0));
+        assert_eq!(patroni_timing(r#"{"ttl":10,"loop_wait":1,"retry_timeout":3,"postgresql":{}}"#), Some((10, 1, 3)));
+        assert_eq!(patroni_timing(r#"{"ttl":"20"}"#), Some((20, 10, 10)));
+        assert_eq!(patroni_timing("{}"), Some((30, 10, 10)));
+        assert_eq!(patroni_timing(r#"{"ttl":-1}"#), None);
+        assert_eq!(patroni_timing("not json"), None);
     }
 }

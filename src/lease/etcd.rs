@@ -127,6 +127,14 @@ impl Store {
         Ok(int(&v["result"]["TTL"]).unwrap_or(0))
     }
 
+    /// Another holder's lease: the seconds it has left (rounded down; -1
+    /// once it ran out) and the seconds it was granted. (The gateway leaves
+    /// out values of 0.)
+    pub fn time_to_live(&self, id: i64) -> Result<(i64, i64), String> {
+        let v = self.post("/v3/lease/timetolive", &json!({ "ID": id.to_string() }))?;
+        Ok((int(&v["TTL"]).unwrap_or(0), int(&v["grantedTTL"]).unwrap_or(0)))
+    }
+
     pub fn revoke(&self, id: i64) -> Result<(), String> {
         self.post("/v3/lease/revoke", &json!({ "ID": id.to_string() })).map(|_| ())
     }
@@ -140,10 +148,34 @@ impl Store {
     /// Creates `key` under lease `lease` if no such key exists, reading
     /// `also` in the same transaction: Some(that key) if it was created.
     pub fn create(&self, key: &str, value: &str, lease: i64, also: &str) -> Result<Option<Option<Kv>>, String> {
+        let absent = json!({ "key": b64(key), "target": "CREATE", "create_revision": "0" });
+        self.claim(vec![absent], key, value, lease, also)
+    }
+
+    /// Attaches `key`, now held by lease `held_by`, to `lease` instead, if
+    /// it still is held by `held_by` and `leader_key` still holds
+    /// `leader_name`; in the same transaction reads `also`. As [`Store::create`].
+    pub fn take_over(
+        &self,
+        key: &str,
+        held_by: i64,
+        (leader_key, leader_name): (&str, &str),
+        value: &str,
+        lease: i64,
+        also: &str,
+    ) -> Result<Option<Option<Kv>>, String> {
+        let compare = vec![
+            json!({ "key": b64(key), "target": "LEASE", "lease": held_by.to_string() }),
+            json!({ "key": b64(leader_key), "target": "VALUE", "value": b64(leader_name) }),
+        ];
+        self.claim(compare, key, value, lease, also)
+    }
+
+    fn claim(&self, compare: Vec<Value>, key: &str, value: &str, lease: i64, also: &str) -> Result<Option<Option<Kv>>, String> {
         let v = self.post(
             "/v3/kv/txn",
             &json!({
-                "compare": [{ "key": b64(key), "target": "CREATE", "create_revision": "0" }],
+                "compare": compare,
                 "success": [
                     { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } },
                     { "request_range": { "key": b64(also) } },
@@ -154,6 +186,12 @@ impl Store {
             return Ok(None);
         }
         Ok(Some(kvs(&v["responses"][1]["response_range"]).into_iter().next()))
+    }
+
+    /// The value of one key, if it is there.
+    pub fn get(&self, key: &str) -> Result<Option<String>, String> {
+        let v = self.post("/v3/kv/range", &json!({ "key": b64(key) }))?;
+        Ok(kvs(&v).into_iter().find(|kv| kv.key == key).map(|kv| kv.value))
     }
 
     /// Deletes `key` if it is still attached to `lease`.

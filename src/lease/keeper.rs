@@ -7,7 +7,12 @@
 //!    same postmaster, take back the lease its keys are attached to);
 //! 2. ask for the shards it lacks (`core::lease::to_ask`), each with a
 //!    create-if-absent transaction that also reads the shard's mark, and
-//!    raise the shard's generator above that mark;
+//!    raise the shard's generator above that mark. With a leader key
+//!    (`pg_idgen.lease_leader_key`, Patroni's): while it names this server,
+//!    shards an earlier primary of the same data holds are taken as soon
+//!    as it has missed a renewal, if Patroni's settings fence it
+//!    (`core::lease::may_take_over`, `missed_renewal`, `election_fences`);
+//!    while the key names another server, its shards are given back;
 //! 3. file each held shard's new mark, in transactions that succeed only
 //!    while its key is still attached to this lease;
 //! 4. publish, per shard, the mark, then the validity of step 1.
@@ -29,7 +34,7 @@ use super::etcd::{Kv, Store};
 use crate::clock;
 use crate::core::generator::{self, RETIRED};
 use crate::core::layout::{ID_TICKS, MAX_SHARD};
-use crate::core::lease::{self as rules, Seen};
+use crate::core::lease::{self as rules, Leader, Seen};
 use crate::errors::{LeaseWhy, OrRaise};
 use crate::{settings, shared};
 
@@ -121,6 +126,11 @@ struct Keeper {
     refused: HashSet<u16>,
     /// Shards whose holder was logged.
     named_holder: HashSet<u16>,
+    /// The leader key and this server's name in it, and what it said last.
+    leader_key: Option<(String, String)>,
+    leader: Leader,
+    /// Why the election cannot be trusted to fence a deposed primary, last logged.
+    unfenced: Option<String>,
 }
 
 impl Keeper {
@@ -147,6 +157,8 @@ impl Keeper {
             .filter_map(|w| w.parse().ok())
             .filter(|s| i32::from(*s) <= MAX_SHARD)
             .collect();
+        // The postmaster refused a setting that cannot be read already.
+        let leader_key = settings::lease_leader().unwrap_or_default();
         let keeper = Keeper {
             store,
             store_text,
@@ -154,7 +166,7 @@ impl Keeper {
             named: settings::lease_shards().unwrap_or_default(),
             auto: settings::lease_auto_shards(),
             ttl_s: settings::lease_ttl_s(),
-            owner: rules::owner_value(super::identity(), system_id, &description),
+            owner: rules::owner_value(super::identity(), system_id, &description, leader_key.as_ref().map(|(k, _)| k.as_str())),
             system_id,
             started_ns: clock::coarse_ns(),
             clock_res_ns: clock::coarse_res_ns(),
@@ -167,6 +179,9 @@ impl Keeper {
             failing: false,
             refused: HashSet::new(),
             named_holder: HashSet::new(),
+            leader_key,
+            leader: Leader::Unused,
+            unfenced: None,
         };
         for s in &keeper.named {
             keeper.set_why(*s, LeaseWhy::Asking);
@@ -243,6 +258,16 @@ impl Keeper {
             self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
         }
         let lease = self.lease.ok_or("no lease")?;
+        self.read_leader()?;
+        if let Leader::Other(_) = self.leader {
+            // Deposed: the shards go back with their exact marks, so that
+            // the elected primary takes them at once; the lease lives on.
+            self.give_back(lease, LeaseWhy::NotLeader, true)?;
+            for s in self.named.clone() {
+                self.set_why(s, LeaseWhy::NotLeader);
+            }
+            return Ok(());
+        }
         self.ask(lease)?;
         self.file_marks(lease)?;
         self.publish();
@@ -284,6 +309,53 @@ impl Keeper {
         Ok(())
     }
 
+    /// Reads the leader key, if one is set; warns when it starts to name another server.
+    fn read_leader(&mut self) -> Result<(), String> {
+        let Some((key, name)) = &self.leader_key else { return Ok(()) };
+        let leader = Leader::of(self.store.get(key)?.as_deref(), name);
+        if let Leader::Other(other) = &leader {
+            if !matches!(self.leader, Leader::Other(_)) {
+                warning!(
+                    "pg_idgen lease keeper: the leader key {key} names \"{other}\", not this server (\"{name}\"); shards {} stop minting here",
+                    listed(self.held.keys())
+                );
+            }
+        }
+        self.leader = leader;
+        Ok(())
+    }
+
+    /// Whether the holder of `lease` missed a renewal (see `core::lease::missed_renewal`).
+    fn silent(&self, lease: i64) -> Result<bool, String> {
+        let (remaining, granted) = self.store.time_to_live(lease)?;
+        Ok(rules::missed_renewal(remaining, granted))
+    }
+
+    /// Whether Patroni's settings, beside its leader key, stop a deposed
+    /// primary's minting before Patroni can elect another (see
+    /// `core::lease::election_fences`); logs once when they do not.
+    fn election_fences(&mut self) -> Result<bool, String> {
+        let Some((leader_key, _)) = &self.leader_key else { return Ok(false) };
+        let why = match rules::election_config_key(leader_key) {
+            None => Some(format!("{leader_key} does not end in /leader, so Patroni's settings cannot be read beside it")),
+            Some(config_key) => match self.store.get(&config_key)?.map(|text| rules::patroni_timing(&text)) {
+                None => Some(format!("Patroni's settings are not at {config_key}")),
+                Some(None) => Some(format!("Patroni's settings at {config_key} cannot be read")),
+                Some(Some(timing)) if !rules::election_fences(self.ttl_ms(), timing) => Some(format!(
+                    "pg_idgen.lease_ttl ({} s) minus its margin is not shorter than Patroni's ttl ({} s) minus loop_wait ({} s) and retry_timeout ({} s)",
+                    self.ttl_s, timing.0, timing.1, timing.2
+                )),
+                Some(Some(_)) => None,
+            },
+        };
+        if why.is_some() && why != self.unfenced {
+            warning!("pg_idgen lease keeper: shards held by a deposed primary are waited for, not taken at once: {}", why.as_deref().unwrap_or(""));
+        }
+        let fences = why.is_none();
+        self.unfenced = why;
+        Ok(fences)
+    }
+
     fn shard_keys(&self) -> Result<Vec<Kv>, String> {
         self.store.range_prefix(&format!("{}shard/", self.prefix))
     }
@@ -299,7 +371,7 @@ impl Keeper {
     fn take_filed(&mut self, shard: u16, lease: i64) -> Result<(), String> {
         match self.read_mark(shard)? {
             Ok(mark) => {
-                self.take(shard, mark.unwrap_or(0));
+                self.take(shard, mark.unwrap_or(0), true);
                 Ok(())
             }
             Err(why) => self.refuse(shard, lease, &why),
@@ -320,11 +392,14 @@ impl Keeper {
         Ok(())
     }
 
-    /// Starts holding `shard`, whose last holder filed `mark`: its generator
-    /// starts above it, whatever this server's clock says.
-    fn take(&mut self, shard: u16, mark: i64) {
+    /// Starts holding `shard`, whose last holder filed `mark`: with
+    /// `above`, its generator starts above it, whatever this server's
+    /// clock says; without (a shard taken over from a deposed primary of
+    /// this data), above what this server replayed, as without leases. The
+    /// marks this server files never go below `mark`.
+    fn take(&mut self, shard: u16, mark: i64, above: bool) {
         if let Ok(state) = shared::state() {
-            let ms = mark + 1 - settings::configured_epoch_ms();
+            let ms = if above { mark + 1 - settings::configured_epoch_ms() } else { 0 };
             generator::revive_above(&state.shards[shard as usize].last, ID_TICKS, ms);
         }
         self.held.insert(shard, mark);
@@ -358,19 +433,36 @@ impl Keeper {
             if clock::coarse_ns() > enough {
                 break;
             }
-            if let Some(kv) = taken.get(&s) {
-                self.note_holder(s, kv, patient);
-                continue;
-            }
-            match self.store.create(&rules::shard_key(&self.prefix, s), &self.owner, lease, &rules::mark_key(&self.prefix, s))? {
-                Some(mark) => match rules::read_mark(mark.as_ref().map(|kv| kv.value.as_str()), settings::configured_epoch_ms()) {
-                    Ok(mark) => {
-                        let mark = mark.unwrap_or(0);
+            let (key, mark_key) = (rules::shard_key(&self.prefix, s), rules::mark_key(&self.prefix, s));
+            let holder = taken.get(&s).copied();
+            let over = match holder.filter(|kv| rules::may_take_over(&self.leader, &kv.value, &self.owner)) {
+                Some(kv) if self.silent(kv.lease)? && self.election_fences()? => Some(kv),
+                _ => None,
+            };
+            let answer = match (holder, over, &self.leader_key) {
+                (Some(kv), Some(_), Some((leader_key, name))) => {
+                    self.store.take_over(&key, kv.lease, (leader_key, name), &self.owner, lease, &mark_key)?
+                }
+                (Some(kv), _, _) => {
+                    self.note_holder(s, kv, patient);
+                    continue;
+                }
+                (None, _, _) => self.store.create(&key, &self.owner, lease, &mark_key)?,
+            };
+            match answer.map(|mark| rules::read_mark(mark.as_ref().map(|kv| kv.value.as_str()), settings::configured_epoch_ms())) {
+                Some(Ok(mark)) => {
+                    let mark = mark.unwrap_or(0);
+                    if let Some(kv) = over {
+                        log!(
+                            "pg_idgen lease keeper: took shard {s} from an earlier primary of this data that stopped renewing its lease ({}), without waiting for the lease to run out: the leader key names this server; its IDs start above what this server replayed",
+                            kv.value
+                        );
+                    } else {
                         log!("pg_idgen lease keeper: leased shard {s}; its IDs start above the mark {mark} filed by its last holder");
-                        self.take(s, mark);
                     }
-                    Err(why) => self.refuse(s, lease, &why)?,
-                },
+                    self.take(s, mark, over.is_none());
+                }
+                Some(Err(why)) => self.refuse(s, lease, &why)?,
                 None => self.set_why(s, LeaseWhy::HeldElsewhere),
             }
         }
@@ -471,29 +563,48 @@ impl Keeper {
     /// filed before stand (higher) and the lease runs out by itself.
     fn release_all(&mut self) {
         let Some(lease) = self.lease else { return };
-        let Ok(state) = shared::state() else { return };
+        let shards = listed(self.held.keys());
+        if let Err(e) = self.give_back(lease, LeaseWhy::Released, false) {
+            log!("pg_idgen lease keeper: could not file the exact marks at release ({e}); the marks filed before stand");
+            return;
+        }
+        match self.store.revoke(lease) {
+            Ok(()) => log!("pg_idgen lease keeper: gave back the lease on shards {shards}"),
+            Err(e) => log!("pg_idgen lease keeper: could not give the lease back ({e}); it runs out by itself"),
+        }
+        self.lease = None;
+    }
+
+    /// Stops minting the held shards (retiring their generators, so that
+    /// no mint under way finishes after its last value is read), files
+    /// their exact marks and, with `delete`, deletes their keys (without,
+    /// the caller revokes the lease, which deletes them all). If the store
+    /// fails, the shards stay stopped and the marks filed before stand (higher).
+    fn give_back(&mut self, lease: i64, why: LeaseWhy, delete: bool) -> Result<(), String> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let state = shared::state().map_err(|e| format!("{e:?}"))?;
         let epoch = settings::configured_epoch_ms();
         let mut exact = Vec::new();
         for (s, filed) in &self.held {
             state.leases.valid_until_ns[*s as usize].store(0, Ordering::Release);
-            state.leases.why[*s as usize].store(LeaseWhy::Released as u32, Ordering::Release);
-            // Retired, so that no mint under way finishes after its last value is read.
+            state.leases.why[*s as usize].store(why as u32, Ordering::Release);
             let last = state.shards[*s as usize].last.swap(RETIRED, Ordering::AcqRel);
             let mark = if last == RETIRED || last == 0 { *filed } else { ((last >> ID_TICKS.bits) as i64 + epoch).min(*filed) };
             exact.push((*s, mark));
         }
         for batch in exact.chunks(BATCH) {
-            if let Err(e) = self.put_marks(batch, lease) {
-                log!("pg_idgen lease keeper: could not file the exact marks at release ({e}); the marks filed before stand");
-                return;
+            self.put_marks(batch, lease)?;
+        }
+        for (s, _) in &exact {
+            if delete {
+                self.store.delete_if_held(&rules::shard_key(&self.prefix, *s), lease)?;
             }
+            self.held.remove(s);
         }
-        match self.store.revoke(lease) {
-            Ok(()) => log!("pg_idgen lease keeper: gave back the lease on shards {}", listed(exact.iter().map(|(s, _)| s))),
-            Err(e) => log!("pg_idgen lease keeper: could not give the lease back ({e}); it runs out by itself"),
-        }
-        self.held.clear();
-        self.lease = None;
+        log!("pg_idgen lease keeper: gave back shards {} with their exact marks", listed(exact.iter().map(|(s, _)| s)));
+        Ok(())
     }
 }
 
