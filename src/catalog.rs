@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
-use pgrx::spi::{SpiHeapTupleData, SpiResult};
 
 use crate::backend::BackendLocal;
 use crate::errors::{IdError, OrRaise};
@@ -56,24 +55,6 @@ pub fn query_one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>])
             Some(row) => row.get::<T>(1).or_raise(),
             None => None,
         })
-    })
-}
-
-/// Every row of a read-only query, each mapped by `each`.
-pub fn query_rows<R>(
-    sql: &str,
-    args: &[DatumWithOid<'_>],
-    mut each: impl FnMut(&SpiHeapTupleData<'_>) -> SpiResult<R>,
-) -> Vec<R> {
-    pinned(|| {
-        Spi::connect(|c| -> SpiResult<Vec<R>> {
-            let mut out = vec![];
-            for row in c.select(sql, None, args)? {
-                out.push(each(&row)?);
-            }
-            Ok(out)
-        })
-        .or_raise()
     })
 }
 
@@ -269,6 +250,77 @@ pub fn first_bigint(rel: pg_sys::Oid) -> Option<i64> {
         pg_sys::table_close(table, lock);
         value
     }
+}
+
+/// One row of a table of ours during [`scan`]: its columns by attribute
+/// number ([`attnum`]), NULL (or a column the table lacks) as None.
+pub struct Row {
+    tuple: *mut pg_sys::HeapTupleData,
+    desc: pg_sys::TupleDesc,
+}
+
+impl Row {
+    fn datum(&self, att: i16) -> Option<pg_sys::Datum> {
+        let att = std::num::NonZeroUsize::new(usize::try_from(att).ok()?)?;
+        // SAFETY: the tuple and its descriptor come from the open scan, which holds the tuple.
+        unsafe { pgrx::heap_getattr_raw(self.tuple, att, self.desc) }
+    }
+
+    pub fn int4(&self, att: i16) -> Option<i32> {
+        self.datum(att).map(|d| d.value() as i32)
+    }
+
+    /// A `bigint` (passed by value on the 64-bit platforms pg_idgen builds for).
+    pub fn int8(&self, att: i16) -> Option<i64> {
+        self.datum(att).map(|d| d.value() as i64)
+    }
+
+    pub fn boolean(&self, att: i16) -> Option<bool> {
+        self.datum(att).map(|d| d.value() != 0)
+    }
+
+    /// A `name` column's text.
+    pub fn name(&self, att: i16) -> Option<String> {
+        // SAFETY: a name datum points at a NUL-terminated NameData held by the tuple.
+        self.datum(att).map(|d| unsafe { CStr::from_ptr(d.cast_mut_ptr::<std::ffi::c_char>()) }.to_string_lossy().into_owned())
+    }
+}
+
+/// The attribute number of a column of `rel`, 0 when there is none.
+pub fn attnum(rel: pg_sys::Oid, column: &CStr) -> i16 {
+    // SAFETY: a syscache lookup; InvalidAttrNumber for a missing column.
+    unsafe { pg_sys::get_attnum(rel, column.as_ptr()) }
+}
+
+/// Every row of a table of ours, each given to `f`, read under the active
+/// snapshot (the transaction's when none is active) by a scan of the table
+/// itself: no SQL and no planner, so no lock on the table's indexes. Any
+/// role can queue for an AccessExclusiveLock on an index
+/// (`ALTER INDEX ... DEPENDS ON EXTENSION` checks ownership only once the
+/// lock is granted), and every later reader that plans a query of the table
+/// would wait behind it; a scan takes the table's own AccessShareLock only,
+/// which no role without rights on the table can queue a conflicting lock for.
+pub fn scan<T>(rel: pg_sys::Oid, mut f: impl FnMut(&Row) -> T) -> Vec<T> {
+    let mut rows = Vec::new();
+    // SAFETY: opens an existing relation of ours and scans it; each tuple is
+    // read while the scan holds it. An error raised by `f` ends the
+    // transaction, whose abort closes the scan and the relation.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let table = pg_sys::table_open(rel, lock);
+        let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
+        let scan = pg_sys::systable_beginscan(table, pg_sys::InvalidOid, false, snapshot, 0, std::ptr::null_mut());
+        loop {
+            let tuple = pg_sys::systable_getnext(scan);
+            if tuple.is_null() {
+                break;
+            }
+            rows.push(f(&Row { tuple, desc: (*table).rd_att }));
+        }
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(table, lock);
+    }
+    rows
 }
 
 /// The name of a schema.

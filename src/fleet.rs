@@ -28,7 +28,7 @@
 //!
 //! A backend sees its own uncommitted changes (read from the tables).
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use std::time::Duration;
@@ -86,11 +86,15 @@ fn read_image() -> Image {
         return Image::every_shard(); // no extension here
     }
     let mut image = Image::every_shard();
-    let claims = catalog::query_rows(
-        &format!("SELECT first_shard, last_shard, adopted_after FROM {}", catalog::qualified("shard_ownership")),
-        &[],
-        |r| Ok((r.get::<i32>(1)?.unwrap_or(0), r.get::<i32>(2)?.unwrap_or(-1), r.get::<i64>(3)?)),
-    );
+    // Scans of the tables (`catalog::scan`): no lock on their indexes.
+    let table = |name: &CStr| catalog::relation(name).map(|rel| (rel, move |column: &CStr| catalog::attnum(rel, column)));
+    let claims: Vec<(i32, i32, Option<i64>)> = match table(c"shard_ownership") {
+        Some((rel, col)) => {
+            let (first, last, after) = (col(c"first_shard"), col(c"last_shard"), col(c"adopted_after"));
+            catalog::scan(rel, |r| (r.int4(first).unwrap_or(0), r.int4(last).unwrap_or(-1), r.int8(after)))
+        }
+        None => Vec::new(),
+    };
     for (first, last, after) in &claims {
         for s in (*first).max(0)..=(*last).min(MAX_SHARD) {
             image.claimed[s as usize / 64] |= 1 << (s % 64);
@@ -99,16 +103,24 @@ fn read_image() -> Image {
             image.adopted.push((parts.shard as usize, parts.tick()));
         }
     }
-    let releases = catalog::query_rows(&format!("SELECT shard FROM {}", catalog::qualified("shard_releases")), &[], |r| {
-        Ok(r.get::<i32>(1)?.unwrap_or(-1))
-    });
+    let releases: Vec<i32> = match table(c"shard_releases") {
+        Some((rel, col)) => {
+            let shard = col(c"shard");
+            catalog::scan(rel, |r| r.int4(shard).unwrap_or(-1))
+        }
+        None => Vec::new(),
+    };
     for s in releases.iter().copied().filter(|s| (0..=MAX_SHARD).contains(s)) {
         image.released[s as usize / 64] |= 1 << (s % 64);
     }
     // (Before ALTER EXTENSION UPDATE from 0.1.0 there is no mode table.)
-    let flagged = catalog::relation(c"shard_fleet_mode").is_some()
-        && catalog::query_one::<bool>(&format!("SELECT bool_or(claims_only) FROM {}", catalog::qualified("shard_fleet_mode")), &[])
-            .unwrap_or(false);
+    let flagged = match table(c"shard_fleet_mode") {
+        Some((rel, col)) => {
+            let claims_only = col(c"claims_only");
+            catalog::scan(rel, |r| r.boolean(claims_only).unwrap_or(false)).into_iter().any(|b| b)
+        }
+        None => false,
+    };
     image.claims_only = flagged || !claims.is_empty() || !releases.is_empty();
     image
 }

@@ -149,7 +149,12 @@ mod tests {
         assert_eq!(sqlstate("id_public(1)"), "55000");
         Spi::run("SET pg_idgen.public_id_key = 'short'").unwrap();
         assert_eq!(sqlstate("id_public(1)"), "22023");
+        assert_eq!(one::<String>("SELECT current_setting('pg_idgen.public_id_key')"), "(set, not 32 hexadecimal digits)");
         Spi::run(KEY).unwrap();
+        // Not even a superuser reads it back: whether it is set, and id_public(0).
+        let zero = one::<String>("SELECT id_public(0)");
+        assert_eq!(one::<String>("SELECT current_setting('pg_idgen.public_id_key')"), format!("(set; id_public(0) = {zero})"));
+        assert_eq!(one::<i64>("SELECT count(*) FROM pg_settings WHERE name = 'pg_idgen.public_id_key'"), 0);
         Spi::run("CREATE ROLE idgen_reader; SET ROLE idgen_reader").unwrap();
         assert_eq!(sqlstate("current_setting('pg_idgen.public_id_key')"), "42501");
         assert_eq!(one::<i64>("SELECT count(*) FROM pg_settings WHERE name = 'pg_idgen.public_id_key'"), 0);

@@ -44,16 +44,20 @@ fn registry_table() -> String {
     catalog::qualified("shard_schema_registry")
 }
 
+/// The registry's rows whose schema exists, read by a scan of the table
+/// (`catalog::scan`): no lock on its indexes, so a role queueing for one
+/// never makes a mint wait.
 fn load() -> HashMap<String, Shard> {
-    let sql = format!(
-        "SELECT r.schema_name::text, r.shard FROM {} r JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name",
-        registry_table()
-    );
-    let rows = catalog::query_rows(&sql, &[], |row| Ok((row.get::<String>(1)?, row.get::<i32>(2)?)));
+    registry_table();
+    let rel = catalog::relation(c"shard_schema_registry").ok_or(IdError::NotInstalled).or_raise();
+    let (name, shard) = (catalog::attnum(rel, c"schema_name"), catalog::attnum(rel, c"shard"));
+    let rows = catalog::scan(rel, |row| (row.name(name), row.int4(shard)));
     let mut map = HashMap::new();
     for (name, shard) in rows {
         if let (Some(name), Some(shard)) = (name, shard) {
-            map.insert(name, Shard::new(shard).or_raise());
+            if catalog::schema_oid(&name).is_some() {
+                map.insert(name, Shard::new(shard).or_raise());
+            }
         }
     }
     map

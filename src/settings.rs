@@ -105,14 +105,20 @@ pub fn register(preloading: bool) {
         GucContext::Userset,
         GucFlags::default(),
     );
-    GucRegistry::define_string_guc(
-        c"pg_idgen.public_id_key",
-        c"The 128-bit key (32 hexadecimal digits) of id_public() and id_from_public().",
-        c"Only superusers can read it. Changing it changes every public ID.",
-        &PUBLIC_ID_KEY,
-        GucContext::Suset,
-        GucFlags::SUPERUSER_ONLY,
-    );
+    // SAFETY: the show hook cannot panic or raise (see `show_public_id_key`).
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"pg_idgen.public_id_key",
+            c"The 128-bit key (32 hexadecimal digits) of id_public() and id_from_public().",
+            c"No role can read it back: SHOW prints only whether it is set and id_public(0). Changing it changes every public ID.",
+            &PUBLIC_ID_KEY,
+            GucContext::Suset,
+            GucFlags::SUPERUSER_ONLY | GucFlags::NO_SHOW_ALL,
+            None,
+            None,
+            Some(show_public_id_key),
+        );
+    }
 }
 
 /// The lease settings (see `lease`), fixed at server start; a list of
@@ -231,6 +237,29 @@ pub fn configured_epoch_ms() -> i64 {
             _ => DEFAULT_EPOCH.to_string_lossy().into_owned(),
         };
         parse_epoch(&text).ok_or(IdError::InvalidEpoch(text)).or_raise()
+    })
+}
+
+/// What `SHOW`, `current_setting()` and `set_config()` print for the
+/// public-ID key, to superusers and `pg_read_all_settings` alike: never the
+/// key, only whether it is set and, if valid, `id_public(0)` (which every
+/// role can compute). `pg_settings` and `SHOW ALL` leave it out (their reset
+/// value would show the key). Pure computation: it cannot raise.
+unsafe extern "C-unwind" fn show_public_id_key() -> *const std::ffi::c_char {
+    use crate::core::codec::{parse_key, Speck, B62};
+    thread_local! {
+        static SHOWN: std::cell::RefCell<CString> = std::cell::RefCell::new(CString::default());
+    }
+    let key = PUBLIC_ID_KEY.get().map(|k| k.to_string_lossy().into_owned()).filter(|k| !k.is_empty());
+    let text = match key.as_deref().map(parse_key) {
+        None => String::new(),
+        Some(None) => "(set, not 32 hexadecimal digits)".into(),
+        Some(Some(k)) => format!("(set; id_public(0) = {})", B62.encode(Speck::new(k).encrypt(0))),
+    };
+    SHOWN.with(|shown| {
+        // The text has no NUL byte; the pointer stays valid until the next call (PostgreSQL copies it).
+        *shown.borrow_mut() = CString::new(text).unwrap_or_default();
+        shown.borrow().as_ptr()
     })
 }
 

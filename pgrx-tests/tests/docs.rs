@@ -93,7 +93,14 @@ fn every_function_and_setting_is_in_the_reference() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let settings: Vec<String> = c
-        .query("SELECT name FROM pg_catalog.pg_settings WHERE name LIKE 'pg_idgen.%' ORDER BY 1", &[])
+        // pg_settings leaves out the public-ID key (its reset value would show
+        // it); the setting exists where current_setting() finds it.
+        .query(
+            "SELECT name FROM pg_catalog.pg_settings WHERE name LIKE 'pg_idgen.%'
+             UNION SELECT 'pg_idgen.public_id_key' WHERE current_setting('pg_idgen.public_id_key', true) IS NOT NULL
+             ORDER BY 1",
+            &[],
+        )
         .unwrap()
         .iter()
         .map(|r| r.get(0))

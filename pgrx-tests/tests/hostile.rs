@@ -328,19 +328,63 @@ fn a_changed_epoch_refuses_to_mint_and_decoding_stays() {
     assert_eq!(sqlstate(c.batch_execute("SET pg_idgen.epoch = '2000-01-01'")), "55P02");
 }
 
+/// The public-ID key in postgresql.conf: no role reads it back, not even
+/// one with `pg_monitor` or `pg_read_all_settings` (which read every other
+/// superuser-only setting), nor a superuser; every role can use it.
 #[test]
-fn the_key_is_not_readable_by_other_roles() {
+fn the_key_is_not_readable_by_any_role_and_every_role_uses_it() {
+    const KEY: &str = "000102030405060708090a0b0c0d0e0f";
     let server = setup("hostile-key");
-    server.append_conf("pg_idgen.public_id_key = '000102030405060708090a0b0c0d0e0f'");
-    server.client().batch_execute("SELECT pg_reload_conf()").unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut admin = server.client();
+    admin
+        .batch_execute(
+            "CREATE ROLE watcher LOGIN IN ROLE pg_monitor;
+             CREATE ROLE reader LOGIN IN ROLE pg_read_all_settings;",
+        )
+        .unwrap();
+    let public_zero_before = sqlstate(admin.batch_execute("SELECT id_public(0)"));
+    assert_eq!(public_zero_before, "55000", "a key is set before the test sets one");
+    server.append_conf(&format!("pg_idgen.public_id_key = '{KEY}'"));
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    pg_idgen_e2e::eventually(30, "the reload sets the key", || {
+        sqlstate(server.client().batch_execute("SELECT id_public(0)")) == "ok"
+    });
+    let zero: String = admin.query_one("SELECT id_public(0)", &[]).unwrap().get(0);
+    let shown = format!("(set; id_public(0) = {zero})");
+    for role in ["postgres", "watcher", "reader"] {
+        let mut c = server.client_as("postgres", role);
+        let show: String = c.simple_query("SHOW pg_idgen.public_id_key").unwrap().iter().find_map(|m| match m {
+            pg_idgen_e2e::postgres::SimpleQueryMessage::Row(r) => r.get(0).map(String::from),
+            _ => None,
+        }).unwrap();
+        assert_eq!(show, shown, "SHOW as {role}");
+        let current: String = c.query_one("SELECT current_setting('pg_idgen.public_id_key')", &[]).unwrap().get(0);
+        assert_eq!(current, shown, "current_setting as {role}");
+        // Nowhere a role can look: pg_settings, SHOW ALL, the file settings (superusers only).
+        let seen: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_settings
+                  WHERE name = 'pg_idgen.public_id_key' OR setting LIKE $1 OR reset_val LIKE $1 OR boot_val LIKE $1",
+                &[&format!("%{KEY}%")],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(seen, 0, "pg_settings shows the key to {role}");
+        let all = c.simple_query("SHOW ALL").unwrap();
+        let rows = all.iter().filter(|m| matches!(m, pg_idgen_e2e::postgres::SimpleQueryMessage::Row(_))).count();
+        assert!(rows > 100, "SHOW ALL returned only {rows} rows as {role}: the probe did not look");
+        for m in &all {
+            if let pg_idgen_e2e::postgres::SimpleQueryMessage::Row(r) = m {
+                assert!(!r.get(1).unwrap_or("").contains(KEY), "SHOW ALL shows the key to {role}");
+            }
+        }
+        let p: String = c.query_one("SELECT id_public(12345)", &[]).unwrap().get(0);
+        let back: i64 = c.query_one("SELECT id_from_public($1)", &[&p]).unwrap().get(0);
+        assert_eq!(back, 12345, "public IDs round-trip as {role}");
+    }
     let mut m = server.client_as("postgres", "mallory");
     assert_eq!(sqlstate(m.batch_execute("SHOW pg_idgen.public_id_key")), "42501");
-    let n: i64 = m
-        .query_one("SELECT count(*) FROM pg_settings WHERE name = 'pg_idgen.public_id_key'", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(n, 0, "pg_settings hides it from non-superusers");
+    assert_eq!(sqlstate(m.batch_execute("SELECT current_setting('pg_idgen.public_id_key')")), "42501");
     let p: String = m.query_one("SELECT id_public(12345)", &[]).unwrap().get(0);
     assert_eq!(p.len(), 11);
 }
@@ -362,4 +406,67 @@ fn uuids_stay_ordered_in_a_backend_through_read_only_transactions() {
     c.batch_execute("COMMIT").unwrap();
     let rw: uuid::Uuid = c.query_one("SELECT uuid_v7()", &[]).unwrap().get(0);
     assert!(last < ro && ro < rw, "{last} {ro} {rw}");
+}
+
+/// A role with no grants queues for an AccessExclusiveLock on the indexes of
+/// the registry and the ownership tables (`ALTER INDEX ... DEPENDS ON
+/// EXTENSION` checks ownership only once the lock is granted), behind its own
+/// open transaction that read them: new sessions still mint, within their
+/// 5 s statement timeout, because pg_idgen reads those tables by scanning
+/// them, never by planning a query that locks their indexes.
+#[test]
+fn a_lock_queued_on_an_index_of_ours_by_a_role_without_rights_stops_no_mint() {
+    let server = setup("hostile-index-queue");
+    server.client().batch_execute("SELECT shard_schema_create('tenant7', 7)").unwrap();
+    let mut holder = server.client_as("postgres", "mallory");
+    holder
+        .batch_execute(
+            "BEGIN;
+             SELECT * FROM shard_schema_registry WHERE schema_name = 'tenant7';
+             SELECT * FROM shard_releases WHERE shard = 1;
+             SELECT * FROM shard_fleet_mode WHERE singleton;",
+        )
+        .unwrap();
+    let indexes = ["shard_schema_registry_pkey", "shard_releases_pkey", "shard_fleet_mode_pkey"];
+    let queued: Vec<_> = indexes
+        .iter()
+        .map(|index| {
+            let mut c = server.client_as("postgres", "mallory");
+            let sql = format!("ALTER INDEX {index} DEPENDS ON EXTENSION plpgsql");
+            std::thread::spawn(move || sqlstate(c.batch_execute(&sql)))
+        })
+        .collect();
+    // The positive control: all three requests wait in the lock queue.
+    let mut admin = server.client();
+    pg_idgen_e2e::eventually(30, "the three lock requests are queued", || {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                  WHERE NOT l.granted AND l.mode = 'AccessExclusiveLock' AND c.relname = ANY($1)",
+                &[&indexes.to_vec()],
+            )
+            .unwrap()
+            .get(0);
+        waiting == 3
+    });
+    // A plain query of the registry waits behind them: what a planned read would do.
+    let mut probe = server.client();
+    probe.batch_execute("SET statement_timeout = '2s'").unwrap();
+    assert_eq!(
+        sqlstate(probe.batch_execute("SELECT count(*) FROM shard_schema_registry WHERE schema_name = 'tenant7'")),
+        "57014",
+        "a planned read of the registry did not wait: the probe shows nothing"
+    );
+    for role in ["postgres", "mallory"] {
+        let mut victim = server.client_as("postgres", role);
+        victim.batch_execute("SET statement_timeout = '5s'").unwrap();
+        let id: i64 = victim.query_one("SELECT next_schema_id('tenant7')", &[]).unwrap().get(0);
+        assert_eq!(id >> 10 & 8191, 7);
+        let id: i64 = victim.query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
+        assert_eq!(id >> 10 & 8191, 3);
+    }
+    holder.batch_execute("ROLLBACK").unwrap();
+    for q in queued {
+        assert_eq!(q.join().unwrap(), "42501", "the role without rights was refused once its lock was granted");
+    }
 }

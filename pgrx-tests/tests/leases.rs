@@ -325,11 +325,14 @@ fn with_the_store_unreachable_at_start_minting_refuses_then_resumes_by_itself() 
 
 #[test]
 fn a_lease_setting_that_cannot_be_read_stops_the_server_from_starting() {
-    let s = Server::init_stopped("lease-bad", &["shared_preload_libraries = 'pg_idgen'", "pg_idgen.lease_shards = '5-3'"]);
-    let out = s.run_as_owner_unchecked("pg_ctl", &["-D", &s.data(), "-l", "bad.log", "-w", "-t", "30", "start"]);
-    assert!(!out.status.success(), "the server started with pg_idgen.lease_shards = '5-3'");
-    let log = std::fs::read_to_string(s.dir.join("bad.log")).unwrap_or_default();
-    assert!(log.contains("invalid value for parameter \"pg_idgen.lease_shards\""), "{log}");
+    for (name, value) in [("lease_shards", "5-3"), ("lease_leader_key", "/service/batman/leader")] {
+        let line = format!("pg_idgen.{name} = '{value}'");
+        let s = Server::init_stopped(&format!("lease-bad-{name}"), &["shared_preload_libraries = 'pg_idgen'", &line]);
+        let out = s.run_as_owner_unchecked("pg_ctl", &["-D", &s.data(), "-l", "bad.log", "-w", "-t", "30", "start"]);
+        assert!(!out.status.success(), "the server started with {line}");
+        let log = std::fs::read_to_string(s.dir.join("bad.log")).unwrap_or_default();
+        assert!(log.contains(&format!("invalid value for parameter \"pg_idgen.{name}\"")), "{log}");
+    }
 }
 
 #[test]

@@ -447,7 +447,7 @@ mod patroni {
         patroni_eventually(&cluster, 60, "the replica leads", || {
             cluster.leader().is_some_and(|l| l != leader)
         });
-        workload.wait_for_ack_after(start, 60);
+        workload.wait_for_ack_after(crashed, 60);
         let recovered = Instant::now();
         if leases == Leases::LeaderKey {
             // The first insert the new primary acknowledged came while the
