@@ -83,6 +83,10 @@ pub enum IdError {
     /// server whose clock was ahead) is further ahead of the clock than the
     /// lead bound: held, so that no database mints one of its IDs again.
     MarkAhead { database: String, ahead_ms: i64, max_lead_ms: i64, resumes_at: String },
+    /// A database's mark past the last millisecond IDs can carry: refused
+    /// when a transaction sets it (`at_commit`, the mark set back), and when
+    /// one persisted so is loaded.
+    MarkPastRange { database: String, mark_ms: i64, last: String, at_commit: bool },
     NotPreloaded,
     /// A function of the library called where the extension is not (fully) installed.
     NotInstalled,
@@ -212,7 +216,7 @@ impl IdError {
         use PgSqlErrorCode::*;
         match self {
             ShardOutOfRange(_) | SeqOutOfRange(_) | NegativeId(_) => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-            TimeOutOfRange | TimeOutOfRangeFor { .. } | ClockOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
+            TimeOutOfRange | TimeOutOfRangeFor { .. } | ClockOutOfRange | MarkPastRange { .. } => ERRCODE_DATETIME_FIELD_OVERFLOW,
             ClockBehind { .. } | MarkAhead { .. } | NotPreloaded | NotInstalled | NotUpdated(_) | ForeignTrigger(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
@@ -304,6 +308,19 @@ impl IdError {
                     "Minting resumes at {resumes_at}. Check this server's clock; raising pg_idgen.max_clock_lead_ms (postgresql.conf, \
                      then reload) lets it mint that far ahead at once; dropping database \"{database}\" (an edited dump) releases it."
                 )),
+            ),
+            MarkPastRange { database, mark_ms, last, at_commit } => (
+                match at_commit {
+                    true => format!("cannot commit: the high-water mark set in database \"{database}\" is past the last time IDs can carry"),
+                    false => format!("cannot mint: the high-water mark of database \"{database}\" is past the last time IDs can carry"),
+                },
+                Some(format!(
+                    "The mark is {mark_ms} ms after 1970; IDs of this pg_idgen.epoch carry times up to {last}: no ID is above it, so none could be minted without repeating one."
+                )),
+                Some(match at_commit {
+                    true => "The mark was set back to this server's own. A dump restores its mark only onto a server with the same pg_idgen.epoch; never setval pg_idgen_hwm by hand.".into(),
+                    false => format!("Drop database \"{database}\" if its IDs were never used elsewhere, or restore it from a dump of a server with the same pg_idgen.epoch."),
+                }),
             ),
             NotPreloaded => (
                 "pg_idgen must be loaded via shared_preload_libraries to mint IDs".into(),

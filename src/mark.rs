@@ -19,7 +19,7 @@ use pgrx::prelude::*;
 use crate::backend::BackendLocal;
 use crate::core::error::CoreError;
 use crate::core::generator::{self, Reservation};
-use crate::core::layout::ID_TICKS;
+use crate::core::layout::{ID_TICKS, MAX_MS};
 use crate::core::uuid_layout::UUID_TICKS;
 use crate::errors::{IdError, OrRaise};
 use crate::shared::{self, DbMark};
@@ -310,6 +310,16 @@ fn check_held_slowly(state: &shared::SharedState) {
         }
         let ahead_ms = mark_ms - clock::unix_us().div_euclid(1000);
         let exists = database_exists(dboid);
+        let last_ms = settings::configured_epoch_ms() + MAX_MS;
+        if exists && mark_ms > last_ms {
+            IdError::MarkPastRange {
+                database: catalog::database_name_of(dboid),
+                mark_ms,
+                last: crate::core::layout::format_unix_ms(last_ms),
+                at_commit: false,
+            }
+            .raise()
+        }
         if exists && ahead_ms > takeable_lead_ms() {
             let max_lead_ms = settings::max_clock_lead_ms();
             IdError::MarkAhead {
@@ -354,11 +364,16 @@ fn take_restored_mark() {
     let (wrote_wal, dboid) = unsafe { (pg_sys::XactLastRecEnd != 0, pg_sys::MyDatabaseId.to_u32()) };
     let wrote_myself = WROTE.get();
     WROTE.set(None);
+    let sub_aborted = SUB_ABORTED.get();
+    SUB_ABORTED.set(false);
     if !wrote_wal || dboid == 0 || shared::state().is_err() {
         return;
     }
     let Some(seq) = catalog::relation(c"pg_idgen_hwm") else { return };
-    if !catalog::sequence_touched(seq) {
+    // A setval in a subtransaction rolled back (ROLLBACK TO SAVEPOINT) stays,
+    // as setval is not transactional, but its lock went with the
+    // subtransaction: after one, the mark is read whatever the locks say.
+    if !catalog::sequence_touched(seq) && !sub_aborted {
         return;
     }
     // Serialized with `extend`, and released at once (not held through the
@@ -368,8 +383,21 @@ fn take_restored_mark() {
     if Some(persisted) != wrote_myself {
         let entry = MY_MARK.get().or_else(|| shared::find_mark(dboid));
         let ours = entry.map_or(0, |m| m.reserved_ms.load(Ordering::Acquire)).max(filed_ms(dboid));
-        if persisted < ours {
+        let last_ms = settings::configured_epoch_ms() + MAX_MS;
+        if persisted < ours || persisted > last_ms {
             catalog::as_superuser(|| catalog::with_latest_snapshot(|| catalog::set_sequence(seq, ours)));
+            if persisted > last_ms {
+                catalog::unlock(seq, pg_sys::ShareUpdateExclusiveLock);
+                IdError::MarkPastRange {
+                    database: catalog::database_name(),
+                    mark_ms: persisted,
+                    last: crate::core::layout::format_unix_ms(last_ms),
+                    at_commit: true,
+                }
+                .raise()
+            }
+        } else if persisted == ours {
+            // As this server already has it (a rolled-back setval of the same value, or none).
         } else if persisted - clock::unix_us().div_euclid(1000) > takeable_lead_ms() {
             hold(dboid, persisted);
         } else {
@@ -384,7 +412,27 @@ fn take_restored_mark() {
 /// `_PG_init` while preloading: every backend inherits it.
 pub fn init() {
     // SAFETY: registered once, in the postmaster, before any backend exists.
-    unsafe { pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut()) };
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
+    }
+}
+
+/// Set when a subtransaction aborts (see `take_restored_mark`); cleared at the end of the transaction.
+static SUB_ABORTED: BackendLocal<bool> = BackendLocal::new(false);
+
+/// Notes a subtransaction's abort: one flag, no catalog access (the
+/// subtransaction is being aborted).
+#[pg_guard]
+unsafe extern "C-unwind" fn subxact_callback(
+    event: pg_sys::SubXactEvent::Type,
+    _sub: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        SUB_ABORTED.set(true);
+    }
 }
 
 #[pg_guard]
@@ -393,7 +441,10 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     match event {
         // May raise: the transaction then aborts.
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => take_restored_mark(),
-        XACT_EVENT_ABORT => WROTE.set(None),
+        XACT_EVENT_ABORT => {
+            WROTE.set(None);
+            SUB_ABORTED.set(false);
+        }
         _ => {}
     }
 }

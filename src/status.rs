@@ -148,14 +148,29 @@ fn id_generator_server_status_0_4() -> TableIterator<
         timestamptz(layout::timestamptz_of_ms(0, epoch)),
         timestamptz(layout::timestamptz_of_ms(MAX_MS, epoch)),
         (MAX_MS + epoch - now_ms) as f64 / MS_PER_YEAR,
-        timestamptz(layout::timestamptz_of_ms(persisted, 0)),
-        (reserved != 0).then(|| timestamptz(layout::timestamptz_of_ms(reserved, 0))),
+        shown(persisted),
+        (reserved != 0).then(|| shown(reserved)),
         state.uuid.minted.load(Ordering::Relaxed) as i64,
         state.uuid.clock_regressions.load(Ordering::Relaxed) as i64,
         uuid_lead,
         mark_lead,
-        (mark_lead > max_lead).then(|| timestamptz(layout::timestamptz_of_ms(floor_ms - max_lead, 0))),
+        (mark_lead > max_lead).then(|| match floor_ms > epoch + MAX_MS {
+            // A mark past the last time IDs carry (persisted by a version
+            // that took it): minting never resumes by itself.
+            true => TimestampWithTimeZone::positive_infinity(),
+            false => shown(floor_ms - max_lead),
+        }),
     ))
+}
+
+/// A mark (Unix ms) as a `timestamptz`; `infinity` past its range (a mark
+/// set far ahead by hand), so that the status always shows.
+fn shown(unix_ms: i64) -> TimestampWithTimeZone {
+    unix_ms
+        .checked_mul(1000)
+        .and_then(|us| us.checked_add(layout::timestamptz_of_ms(0, 0)))
+        .and_then(|us| TimestampWithTimeZone::try_from(us).ok())
+        .unwrap_or_else(TimestampWithTimeZone::positive_infinity)
 }
 
 #[cfg(any(test, feature = "pg_test"))]

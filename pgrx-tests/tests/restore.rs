@@ -243,3 +243,70 @@ fn a_mark_held_past_the_bound_is_taken_when_the_clock_comes_within_it() {
     let new_min: i64 = c.query_one("SELECT min(id) FROM t", &[]).unwrap().get(0);
     assert!(new_min > restored_max, "database postgres minted {new_min}, not above {restored_max} restored in r");
 }
+
+/// A mark set by hand (`setval` of `pg_idgen_hwm`, as an edited dump would):
+/// - past the last time IDs can carry: the commit is refused (22008) and the
+///   mark set back, never wrapped into a small floor; the database mints on;
+/// - in a savepoint rolled back (setval is not transactional, so the value
+///   stays): seen at commit all the same; an hour ahead, it is held, and the
+///   status functions show it; past the range, the commit is refused;
+/// - dropping the database releases it.
+#[test]
+fn a_mark_set_by_hand_past_the_range_or_in_a_rolled_back_savepoint_is_seen_at_commit() {
+    let b = Server::start("hand-mark", &[]);
+    b.client().batch_execute("CREATE DATABASE r").unwrap();
+    let mut r = b.client_db("r");
+    r.batch_execute("CREATE EXTENSION pg_idgen; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id(5), batch int)").unwrap();
+    insert_new(&mut r, "t", 1_000);
+    let mark = |c: &mut Client| -> i64 { c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0) };
+    let before = mark(&mut r);
+    let commit_code = |c: &mut Client, sql: &str| -> (String, String) {
+        match c.batch_execute(sql) {
+            Ok(()) => ("ok".into(), String::new()),
+            Err(e) => {
+                let _ = c.batch_execute("ROLLBACK");
+                let db = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+                (e.code().map_or("none".into(), |c| c.code().to_string()), db)
+            }
+        }
+    };
+    for sql in [
+        "BEGIN; SELECT setval('pg_idgen_hwm', 9000000000000000000); COMMIT",
+        "BEGIN; SAVEPOINT s; SELECT setval('pg_idgen_hwm', 9000000000000000000); ROLLBACK TO s; COMMIT",
+    ] {
+        let prev_max: i64 = r.query_one("SELECT max(id) FROM t", &[]).unwrap().get(0);
+        let (code, message) = commit_code(&mut r, sql);
+        assert_eq!(code, "22008", "{sql}: {message}");
+        assert!(message.contains("past the last time IDs can carry"), "{message}");
+        let now = mark(&mut r);
+        assert!(now >= before && now < before + 600_000, "{sql}: the mark {now} was not set back (it was {before})");
+        // The database mints on, above what it minted.
+        insert_new(&mut r, "t", 1_000);
+        let new_min: i64 = r.query_one("SELECT min(id) FROM t WHERE id > $1", &[&prev_max]).unwrap().get(0);
+        let new_rows: i64 = r.query_one("SELECT count(*) FROM t WHERE id > $1", &[&prev_max]).unwrap().get(0);
+        assert_eq!(new_rows, 1_000, "{sql}: new IDs not above the old ones (first {new_min})");
+    }
+    let distinct: i64 = r.query_one("SELECT count(DISTINCT id) FROM t", &[]).unwrap().get(0);
+    assert_eq!(distinct, 3_000);
+
+    // An hour ahead, in a savepoint rolled back: held at commit.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let ahead = now_ms + 3_600_000;
+    let (code, message) = commit_code(
+        &mut r,
+        &format!("BEGIN; SAVEPOINT s; SELECT setval('pg_idgen_hwm', {ahead}); ROLLBACK TO s; COMMIT"),
+    );
+    assert_eq!(code, "ok", "{message}");
+    let mut p = b.client();
+    assert_eq!(sqlstate(p.batch_execute("SELECT next_shard_id(3)")), "55000", "the rolled-back setval was not seen at commit");
+    let (lead, resumes): (i64, Option<std::time::SystemTime>) = p
+        .query_one("SELECT mark_lead_ms, minting_resumes_at FROM id_generator_server_status()", &[])
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert!(lead > 3_500_000, "the status shows the held mark: {lead} ms");
+    assert!(resumes.is_some(), "the status says when minting resumes");
+    drop(r);
+    p.batch_execute("DROP DATABASE r").unwrap();
+    let id: i64 = p.query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
+    assert_eq!(id >> 10 & 8191, 3);
+}

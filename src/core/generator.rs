@@ -91,8 +91,15 @@ impl Reservation for Unreserved {
 /// `ms` or later (a floor recovered from a persisted mark).
 pub fn raise_floor(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
     if ms > 0 {
-        cell.fetch_max(((ms as u64) << fmt.bits) - 1, Ordering::AcqRel);
+        cell.fetch_max(floor_tick(fmt, ms), Ordering::AcqRel);
     }
+}
+
+/// The tick just below millisecond `ms` (> 0). A millisecond past the
+/// format's range stops at the end of the range, whose next value is an
+/// error (`ClockOutOfRange`): never a shift that wraps around.
+fn floor_tick(fmt: TickFormat, ms: i64) -> u64 {
+    ((ms.min(fmt.max_ms + 1) as u64) << fmt.bits) - 1
 }
 
 /// Raises a generator's state to `tick` (an ID it must stay above), unless
@@ -104,7 +111,7 @@ pub fn raise_to(cell: &AtomicU64, tick: u64) {
 /// Like [`raise_floor`], and also brings a retired generator back (a
 /// shard whose lease this server is granted again, see `lease`).
 pub fn revive_above(cell: &AtomicU64, fmt: TickFormat, ms: i64) {
-    let floor = if ms > 0 { ((ms as u64) << fmt.bits) - 1 } else { 0 };
+    let floor = if ms > 0 { floor_tick(fmt, ms) } else { 0 };
     let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
         Some(if cur == RETIRED { floor } else { cur.max(floor) })
     });
@@ -263,6 +270,27 @@ mod tests {
         let cell = AtomicU64::new(RETIRED);
         raise_floor(&cell, FMT, 1_000);
         assert_eq!(cell.load(Ordering::Relaxed), RETIRED, "a recovered floor does not revive it");
+    }
+
+    #[test]
+    fn a_floor_past_the_range_ends_the_range_and_never_wraps() {
+        let fmt = TickFormat { bits: 10, max_ms: 1000 };
+        for ms in [1001, 1_000_000, i64::MAX / 1000, i64::MAX] {
+            let cell = AtomicU64::new(t(5, 0));
+            raise_floor(&cell, fmt, ms);
+            assert_eq!(cell.load(Ordering::Relaxed), t(1001, 0) - 1, "{ms}");
+            assert_eq!(step(cell.load(Ordering::Relaxed), t(1000, 0), fmt, i64::MAX), Err(CoreError::ClockOutOfRange));
+            let cell = AtomicU64::new(RETIRED);
+            revive_above(&cell, fmt, ms);
+            assert_eq!(cell.load(Ordering::Relaxed), t(1001, 0) - 1, "{ms}");
+        }
+        // The real formats: the end of the range fits in a tick.
+        for fmt in [crate::core::layout::ID_TICKS, crate::core::uuid_layout::UUID_TICKS] {
+            let cell = AtomicU64::new(0);
+            raise_floor(&cell, fmt, i64::MAX);
+            assert_eq!(cell.load(Ordering::Relaxed), (((fmt.max_ms + 1) as u64) << fmt.bits) - 1);
+            assert_ne!(cell.load(Ordering::Relaxed), RETIRED);
+        }
     }
 
     #[test]
