@@ -12,6 +12,8 @@ COMMENT ON FUNCTION id_from_parts(timestamptz, int, int) IS
     'pg_idgen: the ID carrying a time (rounded down to the millisecond), a shard and a sequence number';
 COMMENT ON FUNCTION id_lower_bound(timestamptz) IS 'pg_idgen: the smallest ID that can carry the millisecond of a time';
 COMMENT ON FUNCTION id_upper_bound(timestamptz) IS 'pg_idgen: the largest ID that can carry the millisecond of a time';
+COMMENT ON FUNCTION id_interval(interval) IS
+    'pg_idgen: how far apart IDs lie whose times are an interval apart (the width of a range partition of IDs by time)';
 COMMENT ON FUNCTION id_lower_bound_clamped(timestamptz) IS
     'pg_idgen: id_lower_bound for any time (0 before the epoch, the largest ID past the range)';
 COMMENT ON FUNCTION id_upper_bound_clamped(timestamptz) IS

@@ -87,6 +87,8 @@ pub enum IdError {
     /// when a transaction sets it (`at_commit`, the mark set back), and when
     /// one persisted so is loaded.
     MarkPastRange { database: String, mark_ms: i64, last: String, at_commit: bool },
+    /// `id_interval` of an interval that spans no fixed, positive number of milliseconds.
+    BadInterval(&'static str),
     NotPreloaded,
     /// A function of the library called where the extension is not (fully) installed.
     NotInstalled,
@@ -205,6 +207,7 @@ impl From<CoreError> for IdError {
             CoreError::ClockBehind { shard, ahead_ms, max_lead_ms } => IdError::ClockBehind { shard, ahead_ms, max_lead_ms },
             CoreError::ShardReleased(s) => IdError::ShardReleased(s),
             CoreError::PastLeaseMark(s) => IdError::PastLeaseMark(s),
+            CoreError::BadInterval(why) => IdError::BadInterval(why),
             CoreError::Internal(m) => IdError::Internal(m),
         }
     }
@@ -223,7 +226,7 @@ impl IdError {
             ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
-            ShardRangeInvalid { .. } | ForeignId { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            ShardRangeInvalid { .. } | ForeignId { .. } | BadInterval(_) => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardsOverlap { .. } => ERRCODE_UNIQUE_VIOLATION,
             ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             InvalidEpoch(_) | PublicKeyInvalid | InvalidSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
@@ -308,6 +311,11 @@ impl IdError {
                     "Minting resumes at {resumes_at}. Check this server's clock; raising pg_idgen.max_clock_lead_ms (postgresql.conf, \
                      then reload) lets it mint that far ahead at once; dropping database \"{database}\" (an edited dump) releases it."
                 )),
+            ),
+            BadInterval(why) => (
+                format!("invalid interval for IDs: {why}"),
+                None,
+                Some("Give a fixed length such as '1 day' or '6 hours' (a day counts 24 hours).".into()),
             ),
             MarkPastRange { database, mark_ms, last, at_commit } => (
                 match at_commit {

@@ -117,6 +117,14 @@ fn id_upper_bound(ts: TimestampWithTimeZone) -> i64 {
     layout::upper_bound(ms_of(ts)).or_raise()
 }
 
+/// How far apart IDs lie whose times are `span` apart: the width of range
+/// partitions that each hold one stretch of time (pg_partman's
+/// `p_interval`, its retention), bounded at multiples of it.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn id_interval(span: Interval) -> i64 {
+    layout::interval_span(span.months(), span.days(), span.micros()).or_raise()
+}
+
 /// `id_lower_bound` for any time: 0 before the epoch, the largest ID past the range.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn id_lower_bound_clamped(ts: TimestampWithTimeZone) -> i64 {

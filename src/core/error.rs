@@ -17,6 +17,8 @@ pub enum CoreError {
     ShardReleased(Option<i32>),
     /// The next value would pass the mark filed with the shard's lease.
     PastLeaseMark(Option<i32>),
+    /// An interval that spans no fixed, positive number of milliseconds.
+    BadInterval(&'static str),
     /// A broken invariant: a bug, reported as an internal error.
     Internal(String),
 }

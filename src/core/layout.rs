@@ -102,6 +102,30 @@ pub fn lower_bound(ms: i64) -> Result<i64, CoreError> {
     compose(Parts { ms, shard: 0, seq: 0 })
 }
 
+/// How far apart two IDs are whose times lie an interval apart (`months`,
+/// `days`, `micros`, as PostgreSQL keeps an interval): its milliseconds
+/// shifted past the shard and sequence bits. Partitions of this width,
+/// bounded at multiples of it, each hold the IDs of one such stretch of
+/// time counted from the epoch (a day from each midnight UTC with an epoch
+/// at midnight UTC). A day counts 24 hours; a month has no fixed length.
+pub fn interval_span(months: i32, days: i32, micros: i64) -> Result<i64, CoreError> {
+    if months != 0 {
+        return Err(CoreError::BadInterval("a month has no fixed length: use days"));
+    }
+    let us = i64::from(days) * 86_400_000_000 + micros;
+    if us <= 0 {
+        return Err(CoreError::BadInterval("it must be longer than zero"));
+    }
+    if us % 1000 != 0 {
+        return Err(CoreError::BadInterval("IDs carry whole milliseconds"));
+    }
+    let ms = us / 1000;
+    if ms > MAX_MS {
+        return Err(CoreError::BadInterval("it is longer than the time IDs can carry"));
+    }
+    Ok(ms << (SHARD_BITS + SEQ_BITS))
+}
+
 /// The largest ID that can carry millisecond `ms`.
 pub fn upper_bound(ms: i64) -> Result<i64, CoreError> {
     compose(Parts { ms, shard: MAX_SHARD, seq: MAX_SEQ })
@@ -235,6 +259,21 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn interval_spans_are_whole_milliseconds_shifted_past_shard_and_sequence() {
+        let day = interval_span(0, 1, 0).unwrap();
+        assert_eq!(day, 86_400_000 << 23);
+        assert_eq!(interval_span(0, 0, 3_600_000_000), Ok(3_600_000 << 23));
+        assert_eq!(interval_span(0, 1, -3_600_000_000), Ok(82_800_000 << 23));
+        // Consecutive days' lower bounds are one span apart.
+        assert_eq!(lower_bound(2 * 86_400_000).unwrap() - lower_bound(86_400_000).unwrap(), day);
+        assert_eq!(interval_span(0, 0, MAX_MS * 1000), Ok(MAX_MS << 23));
+        for (m, d, us) in [(1, 0, 0), (0, 0, 0), (0, -1, 0), (0, 0, 1500), (0, 0, (MAX_MS + 1) * 1000)] {
+            assert!(matches!(interval_span(m, d, us), Err(CoreError::BadInterval(_))), "{m} {d} {us}");
+        }
+    }
+
     #[test]
     fn unix_ms_formats_as_utc() {
         assert_eq!(super::format_unix_ms(0), "1970-01-01 00:00:00.000 UTC");
