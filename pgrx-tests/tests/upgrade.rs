@@ -26,10 +26,29 @@ fn fill(c: &mut Client) -> i64 {
         .get(0)
 }
 
+/// The clock offset of the servers that make the old IDs, and the lead
+/// bound of every server here, which lets a restored mark that far ahead be
+/// taken at once (not held): a new ID is then above the old ones only because
+/// the mark came through, never because the clock moved past them.
+const SOURCE_AHEAD: &str = "+120s";
+const LEAD: &str = "pg_idgen.max_clock_lead_ms = 300000";
+
+/// A server whose clock runs `SOURCE_AHEAD`, for `fill`.
+fn ahead_source(name: &str) -> Server {
+    let source = Server::start_with_clock(name, &[LEAD]);
+    source.set_clock(SOURCE_AHEAD);
+    source
+}
+
 /// Everything `fill` made, checked in a restored or upgraded database: the
 /// registry, claims and release are there, restored tables mint at once, and
-/// every new ID is above every old one.
-fn check(c: &mut Client, old_max: i64) {
+/// every new ID is above every old one. With `behind`, the server checked
+/// must still have its clock behind the old IDs' time when it mints.
+fn check(c: &mut Client, old_max: i64, behind: bool) {
+    if behind {
+        let still: bool = c.query_one("SELECT id_ts($1) > clock_timestamp()", &[&old_max]).unwrap().get(0);
+        assert!(still, "the clock passed the old IDs' time before minting: new IDs above them would prove nothing");
+    }
     let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
     assert_eq!(schemas, "insta5=5");
     let claims: String =
@@ -80,42 +99,43 @@ fn restore(target: &Server, db: &str, file: &Path, custom: bool) {
 
 #[test]
 fn dump_and_restore_into_a_new_database_and_a_new_server() {
-    let source = Server::start("dump-source", &[]);
+    let source = ahead_source("dump-source");
     let old_max = fill(&mut source.client());
+    source.set_clock("+0s");
     dump(&source, "pg_dump", &["-Fc", "-d", "postgres"], "db.dump");
     dump(&source, "pg_dump", &["-Fp", "-d", "postgres"], "db.sql");
     // The same server, new databases: custom and plain format.
     for (db, file, custom) in [("restored_custom", "db.dump", true), ("restored_plain", "db.sql", false)] {
         source.client().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
         restore(&source, db, &source.dir.join(file), custom);
-        check(&mut source.client_db(db), old_max);
+        check(&mut source.client_db(db), old_max, true);
     }
     // A new server, into its fleet database (which records the server's claims).
-    let target = Server::init("dump-target", &["shared_preload_libraries = 'pg_idgen'"]);
+    let target = Server::init("dump-target", &["shared_preload_libraries = 'pg_idgen'", LEAD]);
     restore(&target, "postgres", &source.dir.join("db.dump"), true);
-    check(&mut target.client(), old_max);
+    check(&mut target.client(), old_max, true);
 }
 
 #[test]
 fn pg_dumpall_into_a_new_server() {
-    let source = Server::start("dumpall-source", &[]);
+    let source = ahead_source("dumpall-source");
     let old_max = fill(&mut source.client());
     dump(&source, "pg_dumpall", &[], "all.sql");
-    let target = Server::init("dumpall-target", &["shared_preload_libraries = 'pg_idgen'"]);
+    let target = Server::init("dumpall-target", &["shared_preload_libraries = 'pg_idgen'", LEAD]);
     // The dump re-creates role postgres and database postgres' contents.
     let host = target.dir.to_str().unwrap().to_string();
     let file = source.dir.join("all.sql").to_string_lossy().into_owned();
     target.run_as_owner("psql", &["-X", "-q", "-h", &host, "-p", "5499", "-U", "postgres", "-d", "template1", "-f", &file]);
-    check(&mut target.client(), old_max);
+    check(&mut target.client(), old_max, true);
 }
 
 #[test]
 fn pg_upgrade_to_a_new_cluster_keeps_every_id_space() {
-    let mut old = Server::start("upgrade-old", &[]);
+    let mut old = ahead_source("upgrade-old");
     let old_max = fill(&mut old.client());
     let old_oid: u32 = old.client().query_one("SELECT 'insta5'::regnamespace::oid", &[]).unwrap().get(0);
     old.stop("fast");
-    let new = Server::init_stopped("upgrade-new", &["shared_preload_libraries = 'pg_idgen'"]);
+    let new = Server::init_stopped("upgrade-new", &["shared_preload_libraries = 'pg_idgen'", LEAD]);
     let bindir = Path::new(&bin("postgres")).parent().unwrap().to_string_lossy().into_owned();
     let (old_data, new_data) = (old.data(), new.data());
     let out = new.run_as_owner(
@@ -130,7 +150,7 @@ fn pg_upgrade_to_a_new_cluster_keeps_every_id_space() {
     // pg_upgrade re-creates schemas under new OIDs (it keeps relations' and
     // types'), which is why the registry is keyed by name: the case tested.
     assert_ne!(new_oid, old_oid, "schema insta5 kept its OID through pg_upgrade: the stale-OID case is not tested");
-    check(&mut c, old_max);
+    check(&mut c, old_max, true);
     registry_follows_schemas(&mut c);
 }
 
@@ -168,7 +188,7 @@ fn pg_upgrade_to_a_later_major_keeps_every_id_space() {
     let new_version: i32 = c.query_one("SELECT current_setting('server_version_num')::int", &[]).unwrap().get(0);
     assert!(new_version / 10000 > old_version / 10000, "{old_version} -> {new_version} is not a later major");
     eprintln!("pg_upgrade from {old_version} to {new_version}");
-    check(&mut c, old_max);
+    check(&mut c, old_max, false);
     registry_follows_schemas(&mut c);
 }
 
@@ -508,7 +528,7 @@ fn update_with_this_library(server: &Server, c: &mut Client, old_max: i64, relea
         .map(|r| (r.get(0), r.get(1)))
         .unwrap();
     assert!(lead.is_some() && running, "mark_lead_ms {lead:?}, minting_resumes_at NULL: {running}");
-    check(c, old_max);
+    check(c, old_max, false);
     registry_follows_schemas(c);
     assert_same_objects_as_a_fresh_install(server, c);
 }
