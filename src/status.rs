@@ -200,13 +200,16 @@ mod tests {
 
     #[pg_test]
     fn server_status_shows_the_mark_ahead_of_what_was_minted() {
+        // Other tests of this server may have raised the mark ahead (an
+        // adopt, a restore): what is checked holds whatever they did.
         Spi::run("SELECT next_shard_id(302)").unwrap();
         let row: String = one(
             "SELECT (epoch = id_epoch()) || ' ' || (range_end = '2060-11-03 19:53:47.775+00')
                     || ' ' || (years_left BETWEEN 30 AND 35)
-                    || ' ' || (persisted_mark >= (SELECT max(last_ts) FROM id_generator_status()))
+                    || ' ' || (persisted_mark >= (SELECT last_ts FROM id_generator_status() WHERE shard = 302))
                     || ' ' || (reserved_until = persisted_mark)
-                    || ' ' || (mark_lead_ms BETWEEN 0 AND 1000) || ' ' || (minting_resumes_at IS NULL)
+                    || ' ' || (mark_lead_ms >= 0)
+                    || ' ' || ((minting_resumes_at IS NULL) = (mark_lead_ms <= current_setting('pg_idgen.max_clock_lead_ms')::bigint))
                FROM id_generator_server_status()",
         );
         assert_eq!(row, "true true true true true true true");
@@ -231,7 +234,8 @@ mod tests {
                FROM id_generator_status() WHERE shard = 4615",
         );
         assert_eq!(row, "true true true true");
-        assert!(!one::<bool>("SELECT bool_or(released) FROM id_generator_status() WHERE shard <> 4615"));
+        // Only among this test's own shards: others' releases are theirs.
+        assert!(!one::<bool>("SELECT bool_or(released) FROM id_generator_status() WHERE shard BETWEEN 4610 AND 4619 AND shard <> 4615"));
     }
 
     #[pg_test]
