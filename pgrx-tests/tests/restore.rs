@@ -12,9 +12,21 @@ use pg_idgen_e2e::{bin, sqlstate, Server};
 
 /// The source server's clock runs this far ahead of the target's, whose
 /// lead bound allows minting that far ahead (beyond it a database whose
-/// mark is ahead refuses: the last test).
-const AHEAD: &str = "+30s";
-const LEAD: &str = "pg_idgen.max_clock_lead_ms = 60000";
+/// mark is ahead refuses: the last test). Each test checks that the
+/// target's clock is still behind the restored IDs when it mints, so that
+/// new IDs above them show the mark came through, not the clock.
+const AHEAD: &str = "+100s";
+const LEAD: &str = "pg_idgen.max_clock_lead_ms = 200000";
+
+/// Fails unless this server's clock is still behind the time of the
+/// largest ID in table `table`: minting now tests the restored mark.
+fn clock_behind(c: &mut Client, table: &str) {
+    let behind: bool = c
+        .query_one(&format!("SELECT id_ts(max(id)) > clock_timestamp() FROM {table}"), &[])
+        .unwrap()
+        .get(0);
+    assert!(behind, "the clock passed the restored IDs' time before minting: new IDs above them would prove nothing");
+}
 
 fn host(server: &Server) -> String {
     server.dir.to_str().unwrap().to_string()
@@ -102,6 +114,7 @@ fn restoring_into_a_database_that_already_minted_repeats_nothing() {
         } else {
             psql_file(&b, db, file);
         }
+        clock_behind(&mut c, "t");
         insert_new(&mut c, "t", 5_000);
         let (rows, distinct, old_max, new_min) = tally(&mut c, "t");
         assert_eq!((rows, distinct), (25_000, 25_000), "{db}: no ID repeated");
@@ -152,6 +165,8 @@ fn pg_upgrade_with_a_shard_minted_in_two_databases_repeats_nothing() {
 /// across both, no ID repeats and every new ID is above every old one.
 fn check_two_databases(server: &Server) {
     let (mut p, mut b) = (server.client(), server.client_db("b"));
+    clock_behind(&mut p, "t");
+    clock_behind(&mut b, "t");
     insert_new(&mut p, "t", 5_000);
     insert_new(&mut b, "t", 5_000);
     let old_max = tally(&mut p, "t").2.max(tally(&mut b, "t").2);
@@ -222,19 +237,28 @@ fn a_mark_restored_far_ahead_is_held_until_its_database_is_dropped() {
 }
 
 /// A mark restored past the lead bound (a source 30 s ahead, the default
-/// 10 s bound: still past it if the dump and restore take up to 19 s) holds
-/// every database only until the clock is within the bound of it: then minting resumes by itself, above every restored ID in
-/// every database (the case that let 0.5.0's first draft repeat 19,486 IDs).
+/// 10 s bound; the target is made before the source mints, so that only the
+/// dump and the restore stand between them, and checked still past the
+/// bound) holds every database only until the clock is within the bound of
+/// it: then minting resumes by itself, above every restored ID in every
+/// database (the case that let 0.5.0's first draft repeat 19,486 IDs).
 #[test]
 fn a_mark_held_past_the_bound_is_taken_when_the_clock_comes_within_it() {
-    let (_a, file) = dump_from_ahead("held-src", "+30s", 5_000);
     let b = Server::start("held-dst", &[]);
     b.client().batch_execute("CREATE DATABASE r").unwrap();
     b.client().batch_execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id(5), batch int)").unwrap();
+    let (_a, file) = dump_from_ahead("held-src", "+30s", 5_000);
     let h = host(&b);
     b.run_as_owner("pg_restore", &["-h", &h, "-p", "5499", "-U", "postgres", "-d", "r", "--exit-on-error", &file]);
     let mut c = b.client();
-    assert_eq!(sqlstate(c.batch_execute("INSERT INTO t (batch) VALUES (1)")), "55000", "held right after the restore");
+    let past: bool = b
+        .client_db("r")
+        .query_one("SELECT id_ts(max(id)) > clock_timestamp() + interval '11 s' FROM t", &[])
+        .unwrap()
+        .get(0);
+    let held = sqlstate(c.batch_execute("INSERT INTO t (batch) VALUES (1)"));
+    assert!(past, "the dump and restore took so long that the restored IDs are within the bound: nothing to hold");
+    assert_eq!(held, "55000", "held right after the restore");
     pg_idgen_e2e::eventually(60, "minting resumes once the clock is within the bound", || {
         c.batch_execute("INSERT INTO t (batch) VALUES (1)").is_ok()
     });
