@@ -119,6 +119,16 @@ fn the_tarball_installs_with_its_script_and_mints() {
     }
     let dir = std::env::temp_dir().join(format!("pg_idgen_tarball_check-{}", std::process::id()));
     let top = unpack_package(&tarball, &dir);
+    // A pg_config of another major is refused, before anything is written.
+    let other = dir.join("other-major");
+    std::fs::create_dir_all(&other).unwrap();
+    let fake = other.join("pg_config");
+    std::fs::write(&fake, format!("#!/bin/sh\ncase \"$1\" in --version) echo 'PostgreSQL 99.1';; *) echo {};; esac\n", other.display())).unwrap();
+    run("chmod", &["0755", fake.to_str().unwrap()]);
+    let refused = std::process::Command::new("sh").arg(top.join("install.sh")).arg(&fake).output().unwrap();
+    assert!(!refused.status.success(), "install.sh accepted a pg_config of PostgreSQL 99");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("PostgreSQL 99"), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1, "install.sh wrote files for another major");
     let pg_config = installation.bindir.join("pg_config");
     let out = run("sh", &[top.join("install.sh").to_str().unwrap(), pg_config.to_str().unwrap()]);
     assert!(out.contains("installed ") && out.contains("pg_idgen.so"), "{out}");
