@@ -334,3 +334,31 @@ fn a_mark_set_by_hand_past_the_range_or_in_a_rolled_back_savepoint_is_seen_at_co
     let id: i64 = p.query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
     assert_eq!(id >> 10 & 8191, 3);
 }
+
+/// More databases holding a mark ahead than there are slots (16): the
+/// seventeenth is not lost. It raises every generator instead (logged), so
+/// that every database refuses to mint until the clock is within the bound
+/// of it, as with a clock step back.
+#[test]
+fn a_seventeenth_held_mark_raises_every_generator_and_is_logged() {
+    let b = Server::start("held-many", &[]);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    for i in 1..=17 {
+        let db = format!("h{i}");
+        b.client().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+        let mut c = b.client_db(&db);
+        c.batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+        c.batch_execute(&format!("BEGIN; SELECT setval('pg_idgen_hwm', {}); COMMIT", now_ms + 3_600_000 + i)).unwrap();
+    }
+    let log = b.log();
+    assert!(log.contains("more than 16 databases hold a mark ahead of the clock"), "not logged:\n{log}");
+    // Dropping the sixteen held databases releases their holds; the
+    // seventeenth raised every generator, so minting still refuses.
+    for i in 1..=16 {
+        b.client().batch_execute(&format!("DROP DATABASE h{i}")).unwrap();
+    }
+    let mut c = b.client();
+    assert_eq!(sqlstate(c.batch_execute("SELECT next_shard_id(3)")), "55000", "a database minted below the seventeenth mark");
+    let lead: i64 = c.query_one("SELECT max(lead_ms) FROM id_generator_status()", &[]).map(|r| r.get::<_, Option<i64>>(0).unwrap_or(0)).unwrap();
+    assert!(lead > 3_500_000, "the generators were not raised to the seventeenth mark: {lead} ms ahead");
+}
