@@ -369,7 +369,9 @@ fn take_restored_mark() {
     if !wrote_wal || dboid == 0 || shared::state().is_err() {
         return;
     }
+    let generation = catalog::generation();
     let Some(seq) = catalog::relation(c"pg_idgen_hwm") else { return };
+    SEQ_SEEN.set(Some((generation, seq)));
     // A setval in a subtransaction rolled back (ROLLBACK TO SAVEPOINT) stays,
     // as setval is not transactional, but its lock went with the
     // subtransaction: after one, the mark is read whatever the locks say.
@@ -418,11 +420,20 @@ pub fn init() {
     }
 }
 
-/// Set when a subtransaction aborts (see `take_restored_mark`); cleared at the end of the transaction.
+/// Set when a subtransaction that may have set the mark aborts (see
+/// `take_restored_mark`); cleared at the end of the transaction.
 static SUB_ABORTED: BackendLocal<bool> = BackendLocal::new(false);
 
-/// Notes a subtransaction's abort: one flag, no catalog access (the
-/// subtransaction is being aborted).
+/// The mark sequence of this backend's database as last found, with the
+/// catalog generation it was found at.
+static SEQ_SEEN: BackendLocal<Option<(u64, pg_sys::Oid)>> = BackendLocal::new(None);
+
+/// Notes the abort of a subtransaction that holds a lock on the mark
+/// sequence (a setval or nextval in it; its locks are released after this
+/// callback), without catalog access: the sequence as last found, while the
+/// catalog has not changed since; any abort when it is not known. So a
+/// transaction whose rolled-back savepoints never touched the mark reads
+/// nothing more at commit.
 #[pg_guard]
 unsafe extern "C-unwind" fn subxact_callback(
     event: pg_sys::SubXactEvent::Type,
@@ -430,8 +441,12 @@ unsafe extern "C-unwind" fn subxact_callback(
     _parent: pg_sys::SubTransactionId,
     _arg: *mut std::ffi::c_void,
 ) {
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        SUB_ABORTED.set(true);
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB && !SUB_ABORTED.get() {
+        let touched = match SEQ_SEEN.get() {
+            Some((generation, seq)) if generation == catalog::generation() => catalog::sequence_touched(seq),
+            _ => true,
+        };
+        SUB_ABORTED.set(touched);
     }
 }
 
