@@ -59,6 +59,15 @@ fn wait_held(server: &Server, shards: &[i32], secs: u64) {
     });
 }
 
+/// Thaws a frozen server when dropped, whatever happens meanwhile, so that it can be stopped.
+struct Thaw<'a>(&'a Server);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
 /// One call's outcome: when the call was sent, and the ID or the SQLSTATE.
 type Call = (Instant, Result<i64, String>);
 
@@ -246,13 +255,6 @@ fn a_server_paused_past_its_ttl_mints_nothing_on_waking_and_repeats_nothing() {
     let mut ca = a.client();
     let a_last: i64 = ca.query_one("SELECT max(next_shard_id(5)) FROM generate_series(1, 10000)", &[]).unwrap().get(0);
     a.freeze();
-    // Thawed whatever happens next, so that the server can be stopped.
-    struct Thaw<'a>(&'a Server);
-    impl Drop for Thaw<'_> {
-        fn drop(&mut self) {
-            self.0.thaw();
-        }
-    }
     let thaw = Thaw(&a);
     wait_held(&b, &[5], 30);
     let b_ids: Vec<i64> = b.client().query_one("SELECT array_agg(next_shard_id(5)) FROM generate_series(1, 10000)", &[]).unwrap().get(0);
@@ -490,12 +492,6 @@ fn the_leader_key_lets_the_elected_primary_take_a_silent_ones_shard_before_its_l
     // A freezes; the election names b, which is promoted and takes shard 5 from A's live lease.
     // (A running primary is never taken from: see the last part.)
     a.freeze();
-    struct Thaw<'a>(&'a Server);
-    impl Drop for Thaw<'_> {
-        fn drop(&mut self) {
-            self.0.thaw();
-        }
-    }
     let thaw = Thaw(&a);
     etcd.put("/e/leader", "b");
     b.promote();
@@ -572,12 +568,6 @@ fn the_leader_key_takes_nothing_at_once_when_patronis_settings_cannot_fence() {
     b.wait_for_replay(&a);
     let a_lease = etcd.lease_of("/pg_idgen/shard/0005").expect("A holds shard 5");
     a.freeze();
-    struct Thaw<'a>(&'a Server);
-    impl Drop for Thaw<'_> {
-        fn drop(&mut self) {
-            self.0.thaw();
-        }
-    }
     let _thaw = Thaw(&a);
     etcd.put("/e/leader", "b");
     b.promote();

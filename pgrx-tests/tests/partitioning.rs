@@ -33,6 +33,29 @@ fn count(c: &mut Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).unwrap().get(0)
 }
 
+/// Each partition of `events` holds the rows of one UTC day of `time` (the
+/// key's time, `id_ts(id)` or `uuid_v7_ts(id)`); a filter on the last day
+/// prunes the six partitions of two to seven days ago, and finds exactly
+/// the 100 rows minted now, as a filter the rewrite does not see finds them.
+fn one_day_each_and_pruned(c: &mut Client, time: &str) {
+    let spread = count(
+        c,
+        &format!(
+            "SELECT max(days) FROM (SELECT tableoid, count(DISTINCT date_trunc('day', {time}, 'UTC')) AS days
+                                     FROM events GROUP BY tableoid) p"
+        ),
+    );
+    assert_eq!(spread, 1, "a partition holds rows of more than one day");
+    // (Yesterday's, today's, those made ahead and a default one may hold matching rows.)
+    let filter = format!("SELECT count(*) FROM events WHERE {time} >= now() - interval '1 day'");
+    let plan = explain(c, &filter);
+    assert_eq!(removed(&plan), 6, "not the six old partitions pruned:\n{plan}");
+    let found = count(c, &filter);
+    let unpruned = count(c, &format!("SELECT count(*) FROM events WHERE ({time} + interval '0 s') >= now() - interval '1 day'"));
+    assert_eq!(found, unpruned, "the pruned query found other rows than a full scan");
+    assert_eq!(found, 100, "today's 100 rows expected");
+}
+
 #[test]
 fn ids_in_daily_partitions_by_pg_partman_are_made_ahead_dropped_by_age_and_pruned_by_time() {
     let server = Server::start("partman", &[]);
@@ -62,13 +85,6 @@ fn ids_in_daily_partitions_by_pg_partman_are_made_ahead_dropped_by_age_and_prune
          SELECT partman.run_maintenance('public.events');",
     )
     .unwrap();
-    // Each partition holds one UTC day: its rows' times fall in one day.
-    let spread = count(
-        &mut c,
-        "SELECT max(days) FROM (SELECT tableoid, count(DISTINCT date_trunc('day', id_ts(id), 'UTC')) AS days
-                                 FROM events GROUP BY tableoid) p",
-    );
-    assert_eq!(spread, 1, "a partition holds rows of more than one day");
     // Made ahead: partitions for days after today, empty.
     let ahead = count(
         &mut c,
@@ -78,17 +94,7 @@ fn ids_in_daily_partitions_by_pg_partman_are_made_ahead_dropped_by_age_and_prune
     );
     assert!(ahead >= 2, "only {ahead} partitions were made ahead");
 
-    // The time filter prunes the six partitions of two to seven days ago
-    // (yesterday's, today's, those made ahead and the default one may hold matching rows).
-    let plan = explain(&mut c, "SELECT count(*) FROM events WHERE id_ts(id) >= now() - interval '1 day'");
-    assert_eq!(removed(&plan), 6, "not the six old partitions pruned:\n{plan}");
-    let found = count(&mut c, "SELECT count(*) FROM events WHERE id_ts(id) >= now() - interval '1 day'");
-    let unpruned = count(
-        &mut c,
-        "SELECT count(*) FROM events WHERE (id_ts(id) + interval '0 s') >= now() - interval '1 day'",
-    );
-    assert_eq!(found, unpruned, "the pruned query found other rows than a full scan");
-    assert_eq!(found, 100, "today's 100 rows expected");
+    one_day_each_and_pruned(&mut c, "id_ts(id)");
 
     // Retention by age: partitions entirely older than three days are dropped with their rows.
     c.batch_execute(
@@ -132,20 +138,5 @@ fn uuid_v7_keys_in_native_daily_partitions_are_pruned_by_time() {
          INSERT INTO events (note) SELECT 'new' FROM generate_series(1, 100);",
     )
     .unwrap();
-    let spread = count(
-        &mut c,
-        "SELECT max(days) FROM (SELECT tableoid, count(DISTINCT date_trunc('day', uuid_v7_ts(id), 'UTC')) AS days
-                                 FROM events GROUP BY tableoid) p",
-    );
-    assert_eq!(spread, 1, "a partition holds rows of more than one day");
-    // Ten partitions; those of two to seven days ago are pruned.
-    let plan = explain(&mut c, "SELECT count(*) FROM events WHERE uuid_v7_ts(id) >= now() - interval '1 day'");
-    assert_eq!(removed(&plan), 6, "not the six old partitions pruned:\n{plan}");
-    let found = count(&mut c, "SELECT count(*) FROM events WHERE uuid_v7_ts(id) >= now() - interval '1 day'");
-    let unpruned = count(
-        &mut c,
-        "SELECT count(*) FROM events WHERE (uuid_v7_ts(id) + interval '0 s') >= now() - interval '1 day'",
-    );
-    assert_eq!(found, unpruned, "the pruned query found other rows than a full scan");
-    assert_eq!(found, 100, "today's 100 rows expected");
+    one_day_each_and_pruned(&mut c, "uuid_v7_ts(id)");
 }
