@@ -272,3 +272,42 @@ fn a_role_without_the_grant_is_refused_before_it_would_wait_for_a_lock() {
     holder.batch_execute("COMMIT").unwrap();
     assert_eq!(queued.join().unwrap(), "ok", "the queued claim went through after the holder committed");
 }
+
+/// `shard_release` stops minting at once, also in a statement of another
+/// database already under way: that statement fails (55000) at its next ID
+/// of the shard rather than finish, and nothing it minted is kept.
+#[test]
+fn a_release_stops_a_statement_under_way_in_another_database() {
+    let s = Server::start("own-under-way", &[]);
+    s.client().batch_execute("CREATE DATABASE other").unwrap();
+    s.client_db("other").batch_execute("CREATE EXTENSION pg_idgen; CREATE TABLE t (id bigint PRIMARY KEY)").unwrap();
+    s.client().batch_execute("SELECT shard_claim(0, 99)").unwrap();
+    let mut o = s.client_db("other");
+    // Bounded: a statement the release does not stop ends by itself in 120 s.
+    o.batch_execute("SET statement_timeout = '30s'").unwrap();
+    let running = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        // Two small series joined (a set-returning function in FROM is
+        // materialized first): rows, each with a new ID, from the start.
+        let r = o.batch_execute("INSERT INTO t SELECT next_shard_id(9) FROM generate_series(1, 100000) a, generate_series(1, 20000) b");
+        (sqlstate(r), started.elapsed(), o)
+    });
+    let mut c = s.client();
+    pg_idgen_e2e::eventually(30, "the insert is under way", || {
+        c.query_one(
+            "SELECT count(*) = 1 FROM pg_stat_activity WHERE datname = 'other' AND state = 'active' AND query LIKE 'INSERT INTO t%'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let high: i64 = c.query_one("SELECT shard_release(9)", &[]).unwrap().get(0);
+    let (state, took, mut o) = running.join().unwrap();
+    assert_eq!(state, "55000", "the statement under way was not stopped by the release");
+    assert!(took < std::time::Duration::from_secs(25), "stopped only by its timeout");
+    let kept: i64 = o.query_one("SELECT count(*) FROM t", &[]).unwrap().get(0);
+    assert_eq!(kept, 0, "rows of the stopped statement were kept");
+    assert!(high > 0);
+    assert_eq!(mint(&mut o, 9), "55000", "released, in the other database");
+}
