@@ -86,6 +86,13 @@ impl Etcd {
         self.post("/v3/kv/put", &format!("{{\"key\":\"{}\",\"value\":\"{}\"}}", b64(key), b64(value)));
     }
 
+    /// A new election of `key`: the key deleted and created again naming
+    /// `value` (as Patroni's leader key is when another member takes it).
+    pub fn elect(&self, key: &str, value: &str) {
+        self.post("/v3/kv/deleterange", &format!("{{\"key\":\"{}\"}}", b64(key)));
+        self.put(key, value);
+    }
+
     /// The lease `key` is attached to (None: no such key, or none).
     pub fn lease_of(&self, key: &str) -> Option<i64> {
         let answer = self.post("/v3/kv/range", &format!("{{\"key\":\"{}\"}}", b64(key)));

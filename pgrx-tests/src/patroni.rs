@@ -97,8 +97,6 @@ pub struct Config {
     pub post_bootstrap_sql: String,
     /// More PostgreSQL parameters for every node, through the DCS (`name: value` lines).
     pub parameters: Vec<String>,
-    /// Patroni's `ttl` (s); `loop_wait` is 1 s and `retry_timeout` 3 s.
-    pub ttl: u64,
     /// PostgreSQL parameters in each node's own configuration, `{member}`
     /// standing for its member name (`name: value` lines).
     pub node_parameters: Vec<String>,
@@ -247,7 +245,7 @@ etcd3:
   hosts: 127.0.0.1:{etcd}
 bootstrap:
   dcs:
-    ttl: {ttl}
+    ttl: 10
     loop_wait: 1
     retry_timeout: 3
     maximum_lag_on_failover: 1048576
@@ -287,7 +285,6 @@ postgresql:
     - host replication all 127.0.0.1/32 trust
 ",
                 etcd = etcd.port,
-                ttl = config.ttl,
                 extra = config.parameters.iter().map(|p| format!("        {p}\n")).collect::<String>(),
                 own = config.node_parameters.iter().map(|p| format!("    {}\n", p.replace("{member}", &name))).collect::<String>(),
                 post = post_bootstrap.display(),

@@ -493,13 +493,30 @@ fn the_leader_key_lets_the_elected_primary_take_a_silent_ones_shard_before_its_l
     // (A running primary is never taken from: see the last part.)
     a.freeze();
     let thaw = Thaw(&a);
-    etcd.put("/e/leader", "b");
+    etcd.elect("/e/leader", "b");
     b.promote();
     wait_held(&b, &[5], 60);
-    assert!(etcd.ttl_left(a_lease) > 0, "A's lease ran out first: nothing shows it was not waited for");
     assert!(b.log().contains("took shard 5 from an earlier primary"), "B did not take the shard over");
+    // B starts above the mark A filed: it refuses (55000, its clock behind
+    // the mark by more than the lead bound) until A's own deadline has
+    // passed, which comes before A's lease runs out in the store.
     let mut cb = b.client();
-    let b_first: i64 = cb.query_one("SELECT min(next_shard_id(5)) FROM generate_series(1, 1000)", &[]).unwrap().get(0);
+    let b_first: i64 = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match cb.query_one("SELECT min(next_shard_id(5)) FROM generate_series(1, 1000)", &[]) {
+                Ok(row) => break row.get(0),
+                Err(e) => {
+                    assert_eq!(code(&e), "55000", "{e}");
+                    assert!(Instant::now() < deadline, "B never minted shard 5");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    };
+    let left = etcd.ttl_left(a_lease);
+    assert!(left > 0, "A's lease ran out before B minted: nothing shows it was not waited for");
+    eprintln!("leader key: B minted shard 5 with {left} s left on A's lease");
     assert!(b_first > a_last, "the new primary's first ID {b_first} is not above A's last {a_last}");
 
     // A wakes once its lease ran out in the store: it mints nothing of shard 5.
@@ -539,7 +556,7 @@ fn the_leader_key_lets_the_elected_primary_take_a_silent_ones_shard_before_its_l
     // never replayed B's IDs, mints above them.
     a.set_clock("-5s");
     let b_last: i64 = cb.query_one("SELECT max(next_shard_id(5)) FROM generate_series(1, 20000)", &[]).unwrap().get(0);
-    etcd.put("/e/leader", "a");
+    etcd.elect("/e/leader", "a");
     eventually(30, "B gives shard 5 back", || etcd.lease_of("/pg_idgen/shard/0005").is_none() || !held(&b).contains(&5));
     wait_held(&a, &[5], 60);
     assert!(b.log().contains("gave back shards 5 with their exact marks"), "B did not give the shard back");
@@ -548,35 +565,40 @@ fn the_leader_key_lets_the_elected_primary_take_a_silent_ones_shard_before_its_l
     assert!(a_next > b_last, "A's first ID {a_next} after taking the shard back is not above B's last {b_last}");
 }
 
-/// With Patroni's settings beside the leader key too short to fence a
-/// frozen primary (its 24 s of minting against ttl 30 - 10 - 10), the
-/// elected server waits for the old lease instead of taking it at once.
+/// A copy of the elected primary (its data directory and settings, so the
+/// same member name) never takes the shard from it, even while the primary
+/// is silent: the primary took its shard after the election, and only an
+/// election newer than a holder's key lets a server take that key.
 #[test]
-fn the_leader_key_takes_nothing_at_once_when_patronis_settings_cannot_fence() {
-    let etcd = etcd("lease-unfenced");
+fn a_copy_of_the_elected_primary_never_takes_its_shard() {
+    let etcd = etcd("lease-copy-leader");
     etcd.put("/e/leader", "a");
-    etcd.put("/e/config", r#"{"ttl":30,"loop_wait":10,"retry_timeout":10}"#);
-    let follows = |name: &str| {
-        let mut lines = leasing(&etcd, "5", 0);
-        lines.push("pg_idgen.lease_ttl = 30".into());
-        lines.push(format!("pg_idgen.lease_leader_key = '/e/leader={name}'"));
-        lines
-    };
-    let a = Server::start("lease-unfenced-a", &conf(&follows("a")));
+    let mut lines = leasing(&etcd, "5", 0);
+    lines.push("pg_idgen.lease_ttl = 30".into());
+    lines.push("pg_idgen.lease_leader_key = '/e/leader=a'".into());
+    let a = Server::start("lease-copy-a", &conf(&lines));
     wait_held(&a, &[5], 30);
-    let b = Server::standby_of(&a, "lease-unfenced-b", &conf(&follows("b")));
-    b.wait_for_replay(&a);
     let a_lease = etcd.lease_of("/pg_idgen/shard/0005").expect("A holds shard 5");
+    let copy = Server::clone_of(&a, "lease-copy-c", &[]);
+    let mut cc = copy.client();
+    eventually(60, "the copy sees shard 5 held elsewhere", || {
+        cc.query_one("SELECT state FROM shard_leases() WHERE shard = 5", &[]).unwrap().get::<_, String>(0) == "held elsewhere"
+    });
+    // A silent for 15 s: more than a missed renewal (11 s of 30), less than its lease.
     a.freeze();
-    let _thaw = Thaw(&a);
-    etcd.put("/e/leader", "b");
-    b.promote();
-    eventually(60, "B logs why it waits", || b.log().contains("are waited for, not taken at once"));
-    let mut cb = b.client();
-    while etcd.ttl_left(a_lease) > 2 {
-        assert_eq!(sqlstate(cb.query_one("SELECT next_shard_id(5)", &[])), "55000", "B minted while A's lease lived");
+    let thaw = Thaw(&a);
+    let frozen = Instant::now();
+    let mut refused = 0;
+    while frozen.elapsed() < Duration::from_secs(15) {
+        assert_eq!(sqlstate(cc.query_one("SELECT next_shard_id(5)", &[])), "55000", "the copy minted shard 5");
+        refused += 1;
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(!b.log().contains("took shard 5"), "B took the shard at once");
-    wait_held(&b, &[5], 60);
+    drop(thaw);
+    assert!(refused > 20, "the copy was asked only {refused} times");
+    assert!(!copy.log().contains("took shard 5"), "the copy took shard 5 from the primary");
+    assert_eq!(etcd.lease_of("/pg_idgen/shard/0005"), Some(a_lease), "shard 5 left A's lease");
+    // A, thawed, mints on.
+    let mut ca = a.client();
+    eventually(30, "A mints again", || ca.query_one("SELECT next_shard_id(5)", &[]).is_ok());
 }

@@ -101,15 +101,8 @@ mod patroni {
         }
     }
 
-    /// The lease TTL of the clusters that lease their shard from the DCS's
-    /// etcd. With Patroni's ttl 30 (loop_wait 1, retry_timeout 3) it lets a
-    /// primary mint 12 s after its last renewal, less than the 26 s Patroni
-    /// waits before electing another in place of one cut off: the leader key
-    /// fences it (`core::lease::election_fences`).
+    /// The lease TTL of the clusters that lease their shard from the DCS's etcd.
     const LEASE_TTL_S: u64 = 15;
-    /// Patroni's ttl in the killed-primary runs (a killed PostgreSQL gives
-    /// the leader key back at once: the failover does not wait for it).
-    const PATRONI_TTL_S: u64 = 30;
 
     /// How a cluster's nodes mint shard 7.
     #[derive(Clone, Copy, PartialEq)]
@@ -128,7 +121,7 @@ mod patroni {
     /// etcd and a cluster of `nodes` with the events table, and three clients
     /// inserting into it for 5 s already; with leases, every node leases
     /// shard 7 from the same etcd. (Dropped in reverse: clients, cluster, etcd.)
-    fn under_load(scope: &str, nodes: usize, synchronous: bool, leases: Leases, ttl: u64) -> (Etcd, Cluster, Workload) {
+    fn under_load(scope: &str, nodes: usize, synchronous: bool, leases: Leases) -> (Etcd, Cluster, Workload) {
         require_patroni();
         let dir = harness::test_dir(scope);
         let etcd = Etcd::start(&dir);
@@ -145,7 +138,7 @@ mod patroni {
             Leases::LeaderKey => vec![format!("pg_idgen.lease_leader_key: '/pg_idgen_test/{scope}/leader={{member}}'")],
             _ => vec![],
         };
-        let config = Config { nodes, synchronous, post_bootstrap_sql: TABLE.into(), parameters, node_parameters, ttl };
+        let config = Config { nodes, synchronous, post_bootstrap_sql: TABLE.into(), parameters, node_parameters };
         let cluster = Cluster::start(&etcd, &dir, scope, &config);
         let workload = Workload::start(&cluster.conninfo(), 3, INSERT);
         workload.wait_for_ack_after(Instant::now(), 30);
@@ -159,7 +152,7 @@ mod patroni {
     /// acknowledged gets a larger ID and UUID, and every outage is bounded.
     #[test]
     fn failovers_under_patroni_lose_and_repeat_nothing() {
-        let (_etcd, cluster, workload) = under_load("sync", 3, true, Leases::None, 10);
+        let (_etcd, cluster, workload) = under_load("sync", 3, true, Leases::None);
 
         let mut events = Vec::new();
         let mut event = |name: &'static str, act: &dyn Fn(usize) -> usize| {
@@ -411,14 +404,15 @@ mod patroni {
     /// key, one after the other: each keeps every ID and UUID unique and in
     /// order; the lease adds at most its TTL to the outage, and with the
     /// leader key the new primary mints while the old primary's lease still
-    /// lives (taken once it missed a renewal, not waited for).
+    /// lives (taken once it missed a renewal, above its mark, minting once
+    /// the old primary's shorter deadline passed).
     #[test]
     fn asynchronous_replication_under_a_killed_primary_is_measured_with_and_without_leases() {
         let without = killed_primary("async", Leases::None);
         let with = killed_primary("leased", Leases::Leased);
         let leader_key = killed_primary("leader", Leases::LeaderKey);
         println!(
-            "outage after a killed primary: {:.1} s without shard leases, {:.1} s with them, {:.1} s with them following Patroni's leader key (pg_idgen.lease_ttl = {LEASE_TTL_S} s, Patroni ttl = {PATRONI_TTL_S} s)",
+            "outage after a killed primary: {:.1} s without shard leases, {:.1} s with them, {:.1} s with them following Patroni's leader key (pg_idgen.lease_ttl = {LEASE_TTL_S} s, Patroni ttl = 10 s)",
             without.as_secs_f64(),
             with.as_secs_f64(),
             leader_key.as_secs_f64(),
@@ -435,7 +429,7 @@ mod patroni {
     /// and their IDs handed out again; the new primary's own rows never repeat
     /// an ID, and it mints above everything it replayed. Returns the outage.
     fn killed_primary(scope: &str, leases: Leases) -> Duration {
-        let (etcd, cluster, workload) = under_load(scope, 2, false, leases, PATRONI_TTL_S);
+        let (etcd, cluster, workload) = under_load(scope, 2, false, leases);
         let leader = cluster.wait_healthy();
         // The old primary's lease on shard 7 (its inserts succeed, so it holds it).
         let old_lease = (leases != Leases::None).then(|| etcd.lease_of(SHARD_7_KEY).expect("the primary holds shard 7's lease"));
@@ -540,7 +534,6 @@ mod patroni {
                 post_bootstrap_sql: String::new(),
                 parameters: vec![],
                 node_parameters: vec![],
-                ttl: 10,
             },
         );
         let b = Cluster::start(
@@ -553,7 +546,6 @@ mod patroni {
                 post_bootstrap_sql: String::new(),
                 parameters: vec![],
                 node_parameters: vec![],
-                ttl: 10,
             },
         );
         let mut ca = postgres::Client::connect(&a.conninfo(), postgres::NoTls).unwrap();

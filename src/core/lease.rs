@@ -43,6 +43,20 @@ pub fn renew_every_ms(ttl_ms: u64) -> u64 {
     (ttl_ms / 3).max(200)
 }
 
+/// The deadline of a renewal, as [`valid_until_ns`]; following a leader
+/// key, no later than one renewal interval and two margins after it: the
+/// marks filed are that much nearer the clock, so that an elected primary
+/// that takes over a silent one's shard (starting above its mark) mints
+/// soon after that one's last renewal rather than after its whole TTL. A
+/// renewal later than that pauses minting until it is done.
+pub fn deadline_ns(sent_ns: u64, ttl_ms: u64, clock_res_ns: u64, follows_leader: bool) -> u64 {
+    let until = valid_until_ns(sent_ns, ttl_ms, clock_res_ns);
+    match follows_leader {
+        true => until.min(valid_until_ns(sent_ns, renew_every_ms(ttl_ms) + 2 * margin_ms(ttl_ms), clock_res_ns)),
+        false => until,
+    }
+}
+
 /// The mark filed for a holder's shard before a renewal takes effect (Unix
 /// ms): its clock `wall_ms` now, plus the validity left (`valid_for_ms`),
 /// plus the lead bound that lets a generator run ahead of its clock.
@@ -183,18 +197,14 @@ pub fn to_ask(
 }
 
 /// The value a holder writes in a shard's key: who holds it, as one line
-/// (`<identity> <system identifier> <description>`, then ` leader-key <key>`
-/// when it follows a leader key).
-pub fn owner_value(identity: &str, system_id: u64, description: &str, leader_key: Option<&str>) -> String {
-    match leader_key {
-        Some(key) => format!("{identity} {system_id} {description} leader-key {key}"),
-        None => format!("{identity} {system_id} {description}"),
-    }
+/// (`<identity> <system identifier> <leader key, or -> <description>`).
+pub fn owner_value(identity: &str, system_id: u64, leader_key: Option<&str>, description: &str) -> String {
+    format!("{identity} {system_id} {} {description}", leader_key.unwrap_or("-"))
 }
 
-/// The leader key an owner value follows, if any.
+/// The leader key an owner value follows, if any (a key starts with `/`).
 pub fn owner_leader_key(value: &str) -> Option<&str> {
-    value.rsplit_once(" leader-key ").map(|(_, key)| key)
+    value.split(' ').nth(2).filter(|k| k.starts_with('/'))
 }
 
 /// The identity and system identifier of an owner value.
@@ -206,17 +216,25 @@ pub fn owner_of(value: &str) -> (&str, Option<u64>) {
 
 /// `pg_idgen.lease_leader_key` read: the key of a writer election (Patroni's
 /// leader key, `<namespace><scope>/leader`) and the value by which it names
-/// this server (its member name), written `key=value`; empty means none.
+/// this server (its member name), written `key=value` (the key holds no
+/// `=`); empty means none. Neither part may hold white space.
 pub fn parse_leader(spec: &str) -> Result<Option<(String, String)>, String> {
     let spec = spec.trim();
     if spec.is_empty() {
         return Ok(None);
     }
     match spec.split_once('=') {
-        Some((key, name)) if !key.trim().is_empty() && !name.trim().is_empty() => {
+        Some((key, name))
+            if !key.trim().is_empty()
+                && !name.trim().is_empty()
+                && !key.trim().contains(char::is_whitespace)
+                && !name.trim().contains(char::is_whitespace) =>
+        {
             Ok(Some((key.trim().to_string(), name.trim().to_string())))
         }
-        _ => Err(format!("\"{spec}\" is not of the form key=name (Patroni's leader key and this member's name)")),
+        _ => Err(format!(
+            "\"{spec}\" is not of the form key=name (Patroni's leader key and this member's name, without spaces)"
+        )),
     }
 }
 
@@ -243,14 +261,16 @@ impl Leader {
     }
 }
 
-/// Whether a server may take a shard held by another lease at once, rather
-/// than wait for that lease to run out: only when the leader key names it
-/// (the election says it is the one writer), and the holder is an earlier
-/// primary of the same data (same system identifier, another start): the
-/// old primary of a failover, which the election has deposed. The new
-/// primary then mints above what it replayed, as it does without leases.
-/// A holder that follows another leader key (a copy of this data in
-/// another cluster), or none, is never taken from.
+/// Whether a server may take a shard held by another lease before that
+/// lease runs out (once its holder is silent, see [`missed_renewal`], and
+/// only if the election is newer than the holder's key, which the keeper
+/// checks in the same transaction): only when the leader key names it, and
+/// the holder is an earlier primary of the same data following the same
+/// key (same system identifier, another start). The new holder still
+/// starts above the mark the old one filed, so whatever the clocks, pauses
+/// or elections, the two never mint the same ID. A holder that follows
+/// another leader key (a copy of this data in another cluster), or none, is
+/// never taken from.
 pub fn may_take_over(leader: &Leader, holder: &str, me: &str) -> bool {
     let (identity, system_id) = owner_of(holder);
     let (my_identity, my_system_id) = owner_of(me);
@@ -262,30 +282,6 @@ pub fn may_take_over(leader: &Leader, holder: &str, me: &str) -> bool {
         && owner_leader_key(holder) == owner_leader_key(me)
 }
 
-/// Whether Patroni's election stops a primary's minting before Patroni can
-/// elect another: a primary cut off or frozen keeps its leader key for
-/// Patroni's `ttl` after its last update of it, which came at most one
-/// cycle (`loop_wait`, plus up to `retry_timeout` for a slow store) before
-/// it stopped; it mints until `TTL - margin` after its last renewal of the
-/// lease, made before it stopped. Only if that always comes first may the
-/// elected primary take its shards without waiting for its lease.
-pub fn election_fences(ttl_ms: u64, patroni: (u64, u64, u64)) -> bool {
-    let (patroni_ttl_s, loop_wait_s, retry_timeout_s) = patroni;
-    let mints_for = ttl_ms.saturating_sub(margin_ms(ttl_ms));
-    mints_for < patroni_ttl_s.saturating_sub(loop_wait_s).saturating_sub(retry_timeout_s).saturating_mul(1000)
-}
-
-/// Patroni's ttl, loop_wait and retry_timeout (seconds) from its
-/// configuration key's JSON, with Patroni's defaults for those not set.
-pub fn patroni_timing(text: &str) -> Option<(u64, u64, u64)> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    let get = |name: &str, default: u64| match &v[name] {
-        serde_json::Value::Null => Some(default),
-        n => n.as_u64().or_else(|| n.as_str()?.parse().ok()),
-    };
-    Some((get("ttl", 30)?, get("loop_wait", 10)?, get("retry_timeout", 10)?))
-}
-
 /// Whether a holder's lease, `remaining_s` of its `granted_s` left as the
 /// store reports them (whole seconds, rounded down), shows it missed a
 /// renewal by more than a second: a holder that runs renews three times
@@ -295,11 +291,6 @@ pub fn missed_renewal(remaining_s: i64, granted_s: i64) -> bool {
     let granted_ms = granted_s.max(0) as u64 * 1000;
     let since_ms = granted_ms.saturating_sub(remaining_s.max(0) as u64 * 1000 + 1000);
     granted_s > 0 && since_ms > renew_every_ms(granted_ms) + 1000
-}
-
-/// Patroni's configuration key beside its leader key (`…/leader` → `…/config`).
-pub fn election_config_key(leader_key: &str) -> Option<String> {
-    leader_key.strip_suffix("/leader").map(|dir| format!("{dir}/config"))
 }
 
 /// The key of a shard's lease, and of its mark, under `prefix`. Numbers
@@ -339,6 +330,18 @@ mod tests {
         for ttl in [1000, 2000, 5000, 10_000, 60_000, 600_000] {
             assert!(valid_until_ns(0, ttl, 1) < ttl * 1_000_000, "{ttl}");
             assert!(renew_every_ms(ttl) * 2 < ttl.saturating_sub(margin_ms(ttl)) || ttl < 3000, "{ttl}");
+        }
+    }
+
+    #[test]
+    fn following_a_leader_key_the_deadline_is_one_renewal_and_two_margins_away() {
+        // TTL 15 s: renewals every 5 s, a margin of 3 s: 11 s, not 12 s.
+        assert_eq!(deadline_ns(0, 15_000, 1, false), valid_until_ns(0, 15_000, 1));
+        assert_eq!(deadline_ns(0, 15_000, 1, true), valid_until_ns(0, 14_000, 1));
+        assert!(deadline_ns(0, 15_000, 1, true) < deadline_ns(0, 15_000, 1, false));
+        for ttl in [2_000, 4_000, 10_000, 30_000, 600_000] {
+            assert!(deadline_ns(0, ttl, 1, true) <= deadline_ns(0, ttl, 1, false), "{ttl}");
+            assert!(deadline_ns(0, ttl, 1, true) > renew_every_ms(ttl) * 1_000_000 || ttl < 3_000, "{ttl}");
         }
     }
 
@@ -430,7 +433,7 @@ mod tests {
 
     #[test]
     fn owner_values_and_keys_read_back() {
-        let v = owner_value("ab12", 7_345_123, "host:5432 pid 9", None);
+        let v = owner_value("ab12", 7_345_123, None, "host:5432 pid 9");
         assert_eq!(owner_of(&v), ("ab12", Some(7_345_123)));
         assert_eq!(owner_of("garbage"), ("garbage", None));
         assert_eq!(shard_key("/pg_idgen/", 5), "/pg_idgen/shard/0005");
@@ -448,15 +451,15 @@ mod tests {
             parse_leader(" /service/batman/leader = node1 "),
             Ok(Some(("/service/batman/leader".into(), "node1".into())))
         );
-        for bad in ["/service/batman/leader", "=node1", "/k=", "="] {
+        for bad in ["/service/batman/leader", "=node1", "/k=", "=", "/a b/leader=n", "/k=n 1"] {
             assert!(parse_leader(bad).unwrap_err().contains("key=name"), "{bad}");
         }
         assert_eq!(Leader::of(None, "n1"), Leader::Absent);
         assert_eq!(Leader::of(Some("n1"), "n1"), Leader::Me);
         assert_eq!(Leader::of(Some("n2"), "n1"), Leader::Other("n2".into()));
         let key = Some("/service/a/leader");
-        let old_primary = owner_value("aa", 7, "host:5432", key);
-        let me = owner_value("bb", 7, "host2:5432", key);
+        let old_primary = owner_value("aa", 7, key, "host:5432 data /srv/x leader-key /service/b/leader");
+        let me = owner_value("bb", 7, key, "host2:5432");
         assert_eq!(owner_leader_key(&old_primary), key);
         assert_eq!(owner_of(&old_primary), ("aa", Some(7)));
         // Named leader, same data, same election, another start: taken at once.
@@ -467,22 +470,15 @@ mod tests {
         }
         // Another system identifier, this very start, a copy in another
         // election or in none: never.
-        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 8, "h", key), &me));
-        assert!(!may_take_over(&Leader::Me, &owner_value("bb", 7, "h", key), &me));
-        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 7, "h", Some("/service/b/leader")), &me));
-        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 7, "h", None), &me));
-        assert!(!may_take_over(&Leader::Me, &old_primary, &owner_value("bb", 7, "h", None)));
+        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 8, key, "h"), &me));
+        assert!(!may_take_over(&Leader::Me, &owner_value("bb", 7, key, "h"), &me));
+        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 7, Some("/service/b/leader"), "h"), &me));
+        assert!(!may_take_over(&Leader::Me, &owner_value("aa", 7, None, "h leader-key /service/a/leader"), &me));
+        assert!(!may_take_over(&Leader::Me, &old_primary, &owner_value("bb", 7, None, "h")));
+        // A value of 0.9.0 (no leader key field): never taken from.
+        assert!(!may_take_over(&Leader::Me, "aa 7 host:5432 postmaster 9 data /x", &me));
         assert!(!may_take_over(&Leader::Me, "garbage", &me));
         assert!(!may_take_over(&Leader::Me, "", &me));
-        // Patroni's defaults (ttl 30, loop_wait 10, retry_timeout 10) fence
-        // a 10 s lease (minting 8 s < 10 s), not a 15 s one (12 s).
-        assert!(election_fences(10_000, (30, 10, 10)));
-        assert!(!election_fences(15_000, (30, 10, 10)));
-        assert!(!election_fences(12_500, (30, 10, 10)));
-        assert!(election_fences(12_400, (30, 10, 10)));
-        assert!(!election_fences(10_000, (5, 10, 10)));
-        assert_eq!(election_config_key("/service/batman/leader").as_deref(), Some("/service/batman/config"));
-        assert_eq!(election_config_key("/elsewhere/who"), None);
         // A 15 s lease renewed every 5 s: 7 s left (at least 7 s since the
         // renewal, rounded down) is one missed by more than a second.
         assert!(!missed_renewal(15, 15));
@@ -491,10 +487,5 @@ mod tests {
         assert!(missed_renewal(7, 15));
         assert!(missed_renewal(0, 15));
         assert!(!missed_renewal(-1, 0));
-        assert_eq!(patroni_timing(r#"{"ttl":10,"loop_wait":1,"retry_timeout":3,"postgresql":{}}"#), Some((10, 1, 3)));
-        assert_eq!(patroni_timing(r#"{"ttl":"20"}"#), Some((20, 10, 10)));
-        assert_eq!(patroni_timing("{}"), Some((30, 10, 10)));
-        assert_eq!(patroni_timing(r#"{"ttl":-1}"#), None);
-        assert_eq!(patroni_timing("not json"), None);
     }
 }

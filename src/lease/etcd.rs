@@ -34,6 +34,8 @@ pub struct Kv {
     pub key: String,
     pub value: String,
     pub lease: i64,
+    /// The store's revision at which the key was created.
+    pub created: i64,
 }
 
 impl Store {
@@ -152,23 +154,26 @@ impl Store {
         self.claim(vec![absent], key, value, lease, also)
     }
 
-    /// Attaches `key`, now held by lease `held_by`, to `lease` instead, if
-    /// it still is held by `held_by` and `leader_key` still holds
-    /// `leader_name`; in the same transaction reads `also`. As [`Store::create`].
+    /// Attaches `key` (as it was read: `held`) to `lease` instead, if it
+    /// is still that key under the same lease, and `leader_key` still holds
+    /// `leader_name` and was created after it (the election came after the
+    /// holder took the key); in the same transaction reads `also`. As
+    /// [`Store::create`].
     pub fn take_over(
         &self,
-        key: &str,
-        held_by: i64,
+        held: &Kv,
         (leader_key, leader_name): (&str, &str),
         value: &str,
         lease: i64,
         also: &str,
     ) -> Result<Option<Option<Kv>>, String> {
         let compare = vec![
-            json!({ "key": b64(key), "target": "LEASE", "lease": held_by.to_string() }),
+            json!({ "key": b64(&held.key), "target": "LEASE", "lease": held.lease.to_string() }),
+            json!({ "key": b64(&held.key), "target": "CREATE", "create_revision": held.created.to_string() }),
             json!({ "key": b64(leader_key), "target": "VALUE", "value": b64(leader_name) }),
+            json!({ "key": b64(leader_key), "target": "CREATE", "result": "GREATER", "create_revision": held.created.to_string() }),
         ];
-        self.claim(compare, key, value, lease, also)
+        self.claim(compare, &held.key, value, lease, also)
     }
 
     fn claim(&self, compare: Vec<Value>, key: &str, value: &str, lease: i64, also: &str) -> Result<Option<Option<Kv>>, String> {
@@ -246,6 +251,7 @@ fn kvs(range: &Value) -> Vec<Kv> {
                     key: unb64(&kv["key"]),
                     value: unb64(&kv["value"]),
                     lease: int(&kv["lease"]).unwrap_or(0),
+                    created: int(&kv["create_revision"]).unwrap_or(0),
                 })
                 .collect()
         })

@@ -129,8 +129,6 @@ struct Keeper {
     /// The leader key and this server's name in it, and what it said last.
     leader_key: Option<(String, String)>,
     leader: Leader,
-    /// Why the election cannot be trusted to fence a deposed primary, last logged.
-    unfenced: Option<String>,
 }
 
 impl Keeper {
@@ -166,7 +164,7 @@ impl Keeper {
             named: settings::lease_shards().unwrap_or_default(),
             auto: settings::lease_auto_shards(),
             ttl_s: settings::lease_ttl_s(),
-            owner: rules::owner_value(super::identity(), system_id, &description, leader_key.as_ref().map(|(k, _)| k.as_str())),
+            owner: rules::owner_value(super::identity(), system_id, leader_key.as_ref().map(|(k, _)| k.as_str()), &description),
             system_id,
             started_ns: clock::coarse_ns(),
             clock_res_ns: clock::coarse_res_ns(),
@@ -181,7 +179,6 @@ impl Keeper {
             named_holder: HashSet::new(),
             leader_key,
             leader: Leader::Unused,
-            unfenced: None,
         };
         for s in &keeper.named {
             keeper.set_why(*s, LeaseWhy::Asking);
@@ -255,7 +252,7 @@ impl Keeper {
             self.new_lease()?;
         } else {
             self.renewed_ns = sent;
-            self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
+            self.valid_until_ns = rules::deadline_ns(sent, ttl as u64 * 1000, self.clock_res_ns, self.leader_key.is_some());
         }
         let lease = self.lease.ok_or("no lease")?;
         self.read_leader()?;
@@ -288,7 +285,7 @@ impl Keeper {
             if ttl > 0 {
                 self.lease = Some(kv.lease);
                 self.renewed_ns = sent;
-                self.valid_until_ns = rules::valid_until_ns(sent, ttl as u64 * 1000, self.clock_res_ns);
+                self.valid_until_ns = rules::deadline_ns(sent, ttl as u64 * 1000, self.clock_res_ns, self.leader_key.is_some());
                 // The generators start above their marks as filed: after a
                 // crash restart they start above what this server's own
                 // files say, which need not cover the mark of the holder
@@ -305,7 +302,7 @@ impl Keeper {
         let (id, ttl) = self.store.grant(self.ttl_s)?;
         self.lease = Some(id);
         self.renewed_ns = sent;
-        self.valid_until_ns = rules::valid_until_ns(sent, ttl.clamp(0, self.ttl_s) as u64 * 1000, self.clock_res_ns);
+        self.valid_until_ns = rules::deadline_ns(sent, ttl.clamp(0, self.ttl_s) as u64 * 1000, self.clock_res_ns, self.leader_key.is_some());
         Ok(())
     }
 
@@ -313,6 +310,9 @@ impl Keeper {
     fn read_leader(&mut self) -> Result<(), String> {
         let Some((key, name)) = &self.leader_key else { return Ok(()) };
         let leader = Leader::of(self.store.get(key)?.as_deref(), name);
+        if leader == Leader::Absent && self.leader != Leader::Absent {
+            log!("pg_idgen lease keeper: the leader key {key} is not in the lease store: shards are leased as without it");
+        }
         if let Leader::Other(other) = &leader {
             if !matches!(self.leader, Leader::Other(_)) {
                 warning!(
@@ -331,31 +331,6 @@ impl Keeper {
         Ok(rules::missed_renewal(remaining, granted))
     }
 
-    /// Whether Patroni's settings, beside its leader key, stop a deposed
-    /// primary's minting before Patroni can elect another (see
-    /// `core::lease::election_fences`); logs once when they do not.
-    fn election_fences(&mut self) -> Result<bool, String> {
-        let Some((leader_key, _)) = &self.leader_key else { return Ok(false) };
-        let why = match rules::election_config_key(leader_key) {
-            None => Some(format!("{leader_key} does not end in /leader, so Patroni's settings cannot be read beside it")),
-            Some(config_key) => match self.store.get(&config_key)?.map(|text| rules::patroni_timing(&text)) {
-                None => Some(format!("Patroni's settings are not at {config_key}")),
-                Some(None) => Some(format!("Patroni's settings at {config_key} cannot be read")),
-                Some(Some(timing)) if !rules::election_fences(self.ttl_ms(), timing) => Some(format!(
-                    "pg_idgen.lease_ttl ({} s) minus its margin is not shorter than Patroni's ttl ({} s) minus loop_wait ({} s) and retry_timeout ({} s)",
-                    self.ttl_s, timing.0, timing.1, timing.2
-                )),
-                Some(Some(_)) => None,
-            },
-        };
-        if why.is_some() && why != self.unfenced {
-            warning!("pg_idgen lease keeper: shards held by a deposed primary are waited for, not taken at once: {}", why.as_deref().unwrap_or(""));
-        }
-        let fences = why.is_none();
-        self.unfenced = why;
-        Ok(fences)
-    }
-
     fn shard_keys(&self) -> Result<Vec<Kv>, String> {
         self.store.range_prefix(&format!("{}shard/", self.prefix))
     }
@@ -371,7 +346,7 @@ impl Keeper {
     fn take_filed(&mut self, shard: u16, lease: i64) -> Result<(), String> {
         match self.read_mark(shard)? {
             Ok(mark) => {
-                self.take(shard, mark.unwrap_or(0), true);
+                self.take(shard, mark.unwrap_or(0));
                 Ok(())
             }
             Err(why) => self.refuse(shard, lease, &why),
@@ -392,14 +367,11 @@ impl Keeper {
         Ok(())
     }
 
-    /// Starts holding `shard`, whose last holder filed `mark`: with
-    /// `above`, its generator starts above it, whatever this server's
-    /// clock says; without (a shard taken over from a deposed primary of
-    /// this data), above what this server replayed, as without leases. The
-    /// marks this server files never go below `mark`.
-    fn take(&mut self, shard: u16, mark: i64, above: bool) {
+    /// Starts holding `shard`, whose last holder filed `mark`: its generator
+    /// starts above it, whatever this server's clock says.
+    fn take(&mut self, shard: u16, mark: i64) {
         if let Ok(state) = shared::state() {
-            let ms = if above { mark + 1 - settings::configured_epoch_ms() } else { 0 };
+            let ms = mark + 1 - settings::configured_epoch_ms();
             generator::revive_above(&state.shards[shard as usize].last, ID_TICKS, ms);
         }
         self.held.insert(shard, mark);
@@ -436,12 +408,12 @@ impl Keeper {
             let (key, mark_key) = (rules::shard_key(&self.prefix, s), rules::mark_key(&self.prefix, s));
             let holder = taken.get(&s).copied();
             let over = match holder.filter(|kv| rules::may_take_over(&self.leader, &kv.value, &self.owner)) {
-                Some(kv) if self.silent(kv.lease)? && self.election_fences()? => Some(kv),
+                Some(kv) if self.silent(kv.lease)? => Some(kv),
                 _ => None,
             };
             let answer = match (holder, over, &self.leader_key) {
-                (Some(kv), Some(_), Some((leader_key, name))) => {
-                    self.store.take_over(&key, kv.lease, (leader_key, name), &self.owner, lease, &mark_key)?
+                (Some(_), Some(kv), Some((leader_key, name))) => {
+                    self.store.take_over(kv, (leader_key, name), &self.owner, lease, &mark_key)?
                 }
                 (Some(kv), _, _) => {
                     self.note_holder(s, kv, patient);
@@ -454,13 +426,13 @@ impl Keeper {
                     let mark = mark.unwrap_or(0);
                     if let Some(kv) = over {
                         log!(
-                            "pg_idgen lease keeper: took shard {s} from an earlier primary of this data that stopped renewing its lease ({}), without waiting for the lease to run out: the leader key names this server; its IDs start above what this server replayed",
+                            "pg_idgen lease keeper: took shard {s} from an earlier primary of this data that stopped renewing its lease ({}), without waiting for the lease to run out: the leader key names this server; its IDs start above the mark {mark} that primary filed",
                             kv.value
                         );
                     } else {
                         log!("pg_idgen lease keeper: leased shard {s}; its IDs start above the mark {mark} filed by its last holder");
                     }
-                    self.take(s, mark, over.is_none());
+                    self.take(s, mark);
                 }
                 Some(Err(why)) => self.refuse(s, lease, &why)?,
                 None => self.set_why(s, LeaseWhy::HeldElsewhere),
@@ -582,28 +554,43 @@ impl Keeper {
     /// fails, the shards stay stopped and the marks filed before stand (higher).
     fn give_back(&mut self, lease: i64, why: LeaseWhy, delete: bool) -> Result<(), String> {
         if self.held.is_empty() {
-            return Ok(());
+            return if delete { self.delete_keys(lease) } else { Ok(()) };
         }
         let state = shared::state().map_err(|e| format!("{e:?}"))?;
         let epoch = settings::configured_epoch_ms();
         let mut exact = Vec::new();
-        for (s, filed) in &self.held {
-            state.leases.valid_until_ns[*s as usize].store(0, Ordering::Release);
-            state.leases.why[*s as usize].store(why as u32, Ordering::Release);
-            let last = state.shards[*s as usize].last.swap(RETIRED, Ordering::AcqRel);
-            let mark = if last == RETIRED || last == 0 { *filed } else { ((last >> ID_TICKS.bits) as i64 + epoch).min(*filed) };
-            exact.push((*s, mark));
+        // No longer held from here, whatever the store answers: the keys
+        // still attached to the lease are taken back above their marks
+        // (`ask`), or deleted by the next round that gives shards back.
+        for (s, filed) in std::mem::take(&mut self.held) {
+            state.leases.valid_until_ns[s as usize].store(0, Ordering::Release);
+            state.leases.why[s as usize].store(why as u32, Ordering::Release);
+            let last = state.shards[s as usize].last.swap(RETIRED, Ordering::AcqRel);
+            let mark = if last == RETIRED || last == 0 { filed } else { ((last >> ID_TICKS.bits) as i64 + epoch).min(filed) };
+            exact.push((s, mark));
         }
+        // If filing fails, the marks filed before (higher) stand.
+        let mut filed = true;
         for batch in exact.chunks(BATCH) {
-            self.put_marks(batch, lease)?;
+            filed &= self.put_marks(batch, lease)?;
         }
-        for (s, _) in &exact {
-            if delete {
-                self.store.delete_if_held(&rules::shard_key(&self.prefix, *s), lease)?;
-            }
-            self.held.remove(s);
+        if delete {
+            self.delete_keys(lease)?;
         }
-        log!("pg_idgen lease keeper: gave back shards {} with their exact marks", listed(exact.iter().map(|(s, _)| s)));
+        log!(
+            "pg_idgen lease keeper: gave back shards {} {}",
+            listed(exact.iter().map(|(s, _)| s)),
+            if filed { "with their exact marks" } else { "(the marks filed before stand)" }
+        );
+        Ok(())
+    }
+
+    /// Deletes every shard key still attached to `lease` (a deposed
+    /// server's, whose shards are no longer held).
+    fn delete_keys(&self, lease: i64) -> Result<(), String> {
+        for kv in self.shard_keys()?.iter().filter(|kv| kv.lease == lease) {
+            self.store.delete_if_held(&kv.key, lease)?;
+        }
         Ok(())
     }
 }
