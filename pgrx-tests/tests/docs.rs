@@ -283,6 +283,13 @@ fn the_reference_states_each_functions_flags_and_each_settings_default_as_the_se
             wrong.push(format!("SQLSTATE {condition}: raised in src/, not explained in the reference"));
         }
     }
+    // README names this release's version (the packages' file names carry it).
+    let cargo = read(&repository().join("Cargo.toml"));
+    let version = cargo.lines().find_map(|l| l.strip_prefix("version = \"")).and_then(|v| v.strip_suffix('"')).expect("Cargo.toml's version");
+    let readme = read(&repository().join("README.md"));
+    if !readme.contains(&format!("the current one is {version}.")) {
+        wrong.push(format!("README.md does not name the current release {version} beside the package names"));
+    }
     assert!(wrong.is_empty(), "docs/reference.md disagrees with the server or the code:\n{}", wrong.join("\n"));
 }
 

@@ -75,3 +75,34 @@ fn the_bigserial_recipe_switches_a_million_rows_and_refuses_a_table_that_would_c
     let n: i64 = o.query_one("SELECT count(*) FROM public.orders", &[]).unwrap().get(0);
     assert_eq!(n, 1_001);
 }
+
+/// docs/faq.md's uninstall: `DROP EXTENSION` refuses (2BP01) while a
+/// column default uses pg_idgen; the page's query lists the defaults to drop
+/// (run here statement by statement, as psql's `\gexec` would), after which
+/// the extension drops and the keys keep their values.
+#[test]
+fn the_faq_uninstall_drops_the_defaults_then_the_extension() {
+    let server = Server::start("uninstall", &[]);
+    let mut c = server.client();
+    c.batch_execute(
+        "CREATE TABLE a (id bigint PRIMARY KEY DEFAULT next_shard_id(1), n int);
+         CREATE TABLE b (id uuid PRIMARY KEY DEFAULT uuid_v7(), n int);
+         INSERT INTO a (n) VALUES (1); INSERT INTO b (n) VALUES (1);",
+    )
+    .unwrap();
+    let e = c.batch_execute("DROP EXTENSION pg_idgen").unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("2BP01"), "{e:?}");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/faq.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text.find("```sql\nSELECT format('ALTER TABLE %s ALTER COLUMN %I %s;'").expect("faq.md has the uninstall query");
+    let block = &text[start + "```sql\n".len()..];
+    let query = &block[..block.find("\\gexec").expect("the query ends with \\gexec")];
+    let statements: Vec<String> = c.query(query, &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(statements.len(), 2, "{statements:?}");
+    for s in &statements {
+        c.batch_execute(s).unwrap();
+    }
+    c.batch_execute("DROP EXTENSION pg_idgen").unwrap();
+    let kept: i64 = c.query_one("SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)", &[]).unwrap().get(0);
+    assert_eq!(kept, 2);
+}
