@@ -112,7 +112,8 @@ pub fn interval_span(months: i32, days: i32, micros: i64) -> Result<i64, CoreErr
     if months != 0 {
         return Err(CoreError::BadInterval("a month has no fixed length: use days"));
     }
-    let us = i64::from(days) * 86_400_000_000 + micros;
+    // In 128 bits: days and microseconds each span more than 64 bits of microseconds together.
+    let us = i128::from(days) * 86_400_000_000 + i128::from(micros);
     if us <= 0 {
         return Err(CoreError::BadInterval("it must be longer than zero"));
     }
@@ -120,10 +121,10 @@ pub fn interval_span(months: i32, days: i32, micros: i64) -> Result<i64, CoreErr
         return Err(CoreError::BadInterval("IDs carry whole milliseconds"));
     }
     let ms = us / 1000;
-    if ms > MAX_MS {
+    if ms > i128::from(MAX_MS) {
         return Err(CoreError::BadInterval("it is longer than the time IDs can carry"));
     }
-    Ok(ms << (SHARD_BITS + SEQ_BITS))
+    Ok((ms as i64) << (SHARD_BITS + SEQ_BITS))
 }
 
 /// The largest ID that can carry millisecond `ms`.
@@ -269,7 +270,16 @@ mod tests {
         // Consecutive days' lower bounds are one span apart.
         assert_eq!(lower_bound(2 * 86_400_000).unwrap() - lower_bound(86_400_000).unwrap(), day);
         assert_eq!(interval_span(0, 0, MAX_MS * 1000), Ok(MAX_MS << 23));
-        for (m, d, us) in [(1, 0, 0), (0, 0, 0), (0, -1, 0), (0, 0, 1500), (0, 0, (MAX_MS + 1) * 1000)] {
+        for (m, d, us) in [
+            (1, 0, 0),
+            (0, 0, 0),
+            (0, -1, 0),
+            (0, 0, 1500),
+            (0, 0, (MAX_MS + 1) * 1000),
+            (0, i32::MAX, i64::MAX),
+            (0, i32::MIN, i64::MIN),
+            (0, i32::MAX, 0),
+        ] {
             assert!(matches!(interval_span(m, d, us), Err(CoreError::BadInterval(_))), "{m} {d} {us}");
         }
     }
