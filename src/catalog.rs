@@ -286,14 +286,26 @@ impl Row {
     }
 }
 
-/// The attribute number of a column of `rel`, 0 when there is none.
+/// The attribute number of a column of a table of ours. A column renamed
+/// or dropped (by hand) is an error, never read as NULL: a release or a
+/// claim read as missing would let two servers mint one shard.
 pub fn attnum(rel: pg_sys::Oid, column: &CStr) -> i16 {
     // SAFETY: a syscache lookup; InvalidAttrNumber for a missing column.
-    unsafe { pg_sys::get_attnum(rel, column.as_ptr()) }
+    let n = unsafe { pg_sys::get_attnum(rel, column.as_ptr()) };
+    if n <= 0 {
+        // SAFETY: a syscache lookup of an existing relation's name.
+        let table = unsafe { pg_sys::get_rel_name(rel) };
+        let table = if table.is_null() { "?".into() } else { unsafe { CStr::from_ptr(table) }.to_string_lossy() };
+        IdError::Internal(format!("column {} of pg_idgen's table {table} is missing: was the table altered?", column.to_string_lossy()))
+            .raise()
+    }
+    n
 }
 
-/// Every row of a table of ours, each given to `f`, read under the active
-/// snapshot (the transaction's when none is active) by a scan of the table
+/// Every row of a table of ours, each given to `f`, read under a snapshot
+/// taken now (seeing this transaction's own earlier commands, such as a
+/// registration in the same statement; the active one in a parallel
+/// operation, where no new snapshot can be taken) by a scan of the table
 /// itself: no SQL and no planner, so no lock on the table's indexes. Any
 /// role can queue for an AccessExclusiveLock on an index
 /// (`ALTER INDEX ... DEPENDS ON EXTENSION` checks ownership only once the
@@ -308,7 +320,11 @@ pub fn scan<T>(rel: pg_sys::Oid, mut f: impl FnMut(&Row) -> T) -> Vec<T> {
     unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let table = pg_sys::table_open(rel, lock);
-        let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
+        let snapshot = match pg_sys::IsInParallelMode() {
+            true if pg_sys::ActiveSnapshotSet() => pg_sys::GetActiveSnapshot(),
+            true => pg_sys::GetTransactionSnapshot(),
+            false => pg_sys::GetLatestSnapshot(),
+        };
         let scan = pg_sys::systable_beginscan(table, pg_sys::InvalidOid, false, snapshot, 0, std::ptr::null_mut());
         loop {
             let tuple = pg_sys::systable_getnext(scan);

@@ -83,10 +83,9 @@ pub enum IdError {
     /// server whose clock was ahead) is further ahead of the clock than the
     /// lead bound: held, so that no database mints one of its IDs again.
     MarkAhead { database: String, ahead_ms: i64, max_lead_ms: i64, resumes_at: String },
-    /// A database's mark past the last millisecond IDs can carry: refused
-    /// when a transaction sets it (`at_commit`, the mark set back), and when
-    /// one persisted so is loaded.
-    MarkPastRange { database: String, mark_ms: i64, last: String, at_commit: bool },
+    /// A database's mark set past the last millisecond IDs can carry: the
+    /// commit is refused and the mark set back.
+    MarkPastRange { database: String, mark_ms: i64, last: String },
     /// `id_interval` of an interval that spans no fixed, positive number of milliseconds.
     BadInterval(&'static str),
     NotPreloaded,
@@ -317,18 +316,12 @@ impl IdError {
                 None,
                 Some("Give a fixed length such as '1 day' or '6 hours' (a day counts 24 hours).".into()),
             ),
-            MarkPastRange { database, mark_ms, last, at_commit } => (
-                match at_commit {
-                    true => format!("cannot commit: the high-water mark set in database \"{database}\" is past the last time IDs can carry"),
-                    false => format!("cannot mint: the high-water mark of database \"{database}\" is past the last time IDs can carry"),
-                },
+            MarkPastRange { database, mark_ms, last } => (
+                format!("cannot commit: the high-water mark set in database \"{database}\" is past the last time IDs can carry"),
                 Some(format!(
-                    "The mark is {mark_ms} ms after 1970; IDs of this pg_idgen.epoch carry times up to {last}: no ID is above it, so none could be minted without repeating one."
+                    "The mark is {mark_ms} ms after 1970; IDs of this pg_idgen.epoch carry times up to {last}: no ID is above it."
                 )),
-                Some(match at_commit {
-                    true => "The mark was set back to this server's own. A dump restores its mark only onto a server with the same pg_idgen.epoch; never setval pg_idgen_hwm by hand.".into(),
-                    false => format!("Drop database \"{database}\" if its IDs were never used elsewhere, or restore it from a dump of a server with the same pg_idgen.epoch."),
-                }),
+                Some("The mark was set back to this server's own. A dump restores its mark only onto a server with the same pg_idgen.epoch; never setval pg_idgen_hwm by hand.".into()),
             ),
             NotPreloaded => (
                 "pg_idgen must be loaded via shared_preload_libraries to mint IDs".into(),

@@ -180,9 +180,20 @@ fn extend(mark: &DbMark, need_ms: i64) {
 }
 
 fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
-    let persisted = catalog::sequence_value(seq);
+    let mut persisted = catalog::sequence_value(seq);
     let reserved = mark.reserved_ms.load(Ordering::Acquire);
     let dboid = mark.dboid.load(Ordering::Relaxed);
+    if persisted > settings::configured_epoch_ms() + MAX_MS {
+        // Past the last time IDs carry, it protects no ID: set by hand (a
+        // setval rolled back, which setval does not undo), never by minting.
+        // Set back to what this server reserved, never held.
+        let ours = reserved.max(filed_ms(dboid));
+        pgrx::warning!(
+            "pg_idgen: the high-water mark of database \"{}\" ({persisted} ms after 1970) is past the last time IDs can carry; set back to {ours}",
+            catalog::database_name_of(dboid)
+        );
+        persisted = ours;
+    }
     if reserved == 0 {
         // The first load since the server started (for a shared entry) or
         // since the session did (for a session's own reservation). A shared
@@ -310,16 +321,9 @@ fn check_held_slowly(state: &shared::SharedState) {
         }
         let ahead_ms = mark_ms - clock::unix_us().div_euclid(1000);
         let exists = database_exists(dboid);
-        let last_ms = settings::configured_epoch_ms() + MAX_MS;
-        if exists && mark_ms > last_ms {
-            IdError::MarkPastRange {
-                database: catalog::database_name_of(dboid),
-                mark_ms,
-                last: crate::core::layout::format_unix_ms(last_ms),
-                at_commit: false,
-            }
-            .raise()
-        }
+        // A held mark past the last time IDs carry (held by an earlier
+        // version) protects no ID: released, as if its database were gone.
+        let exists = exists && mark_ms <= settings::configured_epoch_ms() + MAX_MS;
         if exists && ahead_ms > takeable_lead_ms() {
             let max_lead_ms = settings::max_clock_lead_ms();
             IdError::MarkAhead {
@@ -394,7 +398,6 @@ fn take_restored_mark() {
                     database: catalog::database_name(),
                     mark_ms: persisted,
                     last: crate::core::layout::format_unix_ms(last_ms),
-                    at_commit: true,
                 }
                 .raise()
             }

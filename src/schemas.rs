@@ -195,6 +195,15 @@ mod tests {
     use pgrx::prelude::*;
 
     #[pg_test]
+    fn a_schema_registered_earlier_in_the_statement_mints_and_a_renamed_column_is_an_error() {
+        assert_eq!(one::<i32>("SELECT id_shard(next_schema_id(s)) FROM (SELECT 's8' AS s, shard_schema_create('s8', 8)) r"), 8);
+        assert_eq!(one::<i32>("SELECT id_shard(next_schema_id('s9')) FROM (SELECT shard_schema_create('s9', 9)) r"), 9);
+        // Read by a scan of the table: a column it lacks is an error, never NULL.
+        Spi::run("ALTER TABLE shard_schema_registry RENAME COLUMN shard TO s").unwrap();
+        assert_eq!(sqlstate("next_schema_id('s8')"), "XX000");
+    }
+
+    #[pg_test]
     fn create_registers_and_ids_carry_the_schema_shard() {
         Spi::run("SELECT shard_schema_create('insta5', 5)").unwrap();
         assert_eq!(one::<String>("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas"), "insta5=5");
