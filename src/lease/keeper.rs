@@ -9,9 +9,9 @@
 //!    create-if-absent transaction that also reads the shard's mark, and
 //!    raise the shard's generator above that mark. With a leader key
 //!    (`pg_idgen.lease_leader_key`, Patroni's): while it names this server,
-//!    shards an earlier primary of the same data holds are taken as soon
-//!    as it has missed a renewal, if Patroni's settings fence it
-//!    (`core::lease::may_take_over`, `missed_renewal`, `election_fences`);
+//!    shards an earlier primary of the same data holds are taken, above
+//!    its mark, once it has missed a renewal and if the election is newer
+//!    than its claim (`core::lease::may_take_over`, `missed_renewal`);
 //!    while the key names another server, its shards are given back;
 //! 3. file each held shard's new mark, in transactions that succeed only
 //!    while its key is still attached to this lease;
