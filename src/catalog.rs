@@ -236,20 +236,9 @@ pub fn database_name_of(dboid: u32) -> String {
 /// of the current user's rights on the extension's schema, which a role may
 /// lack while it runs functions that decode IDs.
 pub fn first_bigint(rel: pg_sys::Oid) -> Option<i64> {
-    // SAFETY: opens an existing relation of ours and scans it; the first
-    // attribute, NOT NULL and 8-byte aligned, sits at the start of the
-    // tuple's data (GETSTRUCT), read while the scan holds the tuple.
-    unsafe {
-        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let table = pg_sys::table_open(rel, lock);
-        let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
-        let scan = pg_sys::systable_beginscan(table, pg_sys::InvalidOid, false, snapshot, 0, std::ptr::null_mut());
-        let tuple = pg_sys::systable_getnext(scan);
-        let value = (!tuple.is_null()).then(|| *pg_sys::heap_tuple_get_struct::<i64>(tuple));
-        pg_sys::systable_endscan(scan);
-        pg_sys::table_close(table, lock);
-        value
-    }
+    // SAFETY: reads the active snapshot, or takes the transaction's.
+    let snapshot = unsafe { if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() } };
+    rows_of(rel, snapshot, Some(1), |row| row.int8(1)).into_iter().next().flatten()
 }
 
 /// One row of a table of ours during [`scan`]: its columns by attribute
@@ -310,9 +299,22 @@ pub fn attnum(rel: pg_sys::Oid, column: &CStr) -> i16 {
 /// role can queue for an AccessExclusiveLock on an index
 /// (`ALTER INDEX ... DEPENDS ON EXTENSION` checks ownership only once the
 /// lock is granted), and every later reader that plans a query of the table
-/// would wait behind it; a scan takes the table's own AccessShareLock only,
-/// which no role without rights on the table can queue a conflicting lock for.
-pub fn scan<T>(rel: pg_sys::Oid, mut f: impl FnMut(&Row) -> T) -> Vec<T> {
+/// would wait behind it; a scan takes the table's own AccessShareLock only.
+pub fn scan<T>(rel: pg_sys::Oid, f: impl FnMut(&Row) -> T) -> Vec<T> {
+    // SAFETY: reads or takes a snapshot inside the current transaction.
+    let snapshot = unsafe {
+        match pg_sys::IsInParallelMode() {
+            true if pg_sys::ActiveSnapshotSet() => pg_sys::GetActiveSnapshot(),
+            true => pg_sys::GetTransactionSnapshot(),
+            false => pg_sys::GetLatestSnapshot(),
+        }
+    };
+    rows_of(rel, snapshot, None, f)
+}
+
+/// The rows of a table of ours under `snapshot` (at most `limit`), each given
+/// to `f`, by a heap scan under the table's AccessShareLock.
+fn rows_of<T>(rel: pg_sys::Oid, snapshot: pg_sys::Snapshot, limit: Option<usize>, mut f: impl FnMut(&Row) -> T) -> Vec<T> {
     let mut rows = Vec::new();
     // SAFETY: opens an existing relation of ours and scans it; each tuple is
     // read while the scan holds it. An error raised by `f` ends the
@@ -320,13 +322,8 @@ pub fn scan<T>(rel: pg_sys::Oid, mut f: impl FnMut(&Row) -> T) -> Vec<T> {
     unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let table = pg_sys::table_open(rel, lock);
-        let snapshot = match pg_sys::IsInParallelMode() {
-            true if pg_sys::ActiveSnapshotSet() => pg_sys::GetActiveSnapshot(),
-            true => pg_sys::GetTransactionSnapshot(),
-            false => pg_sys::GetLatestSnapshot(),
-        };
         let scan = pg_sys::systable_beginscan(table, pg_sys::InvalidOid, false, snapshot, 0, std::ptr::null_mut());
-        loop {
+        while limit.is_none_or(|n| rows.len() < n) {
             let tuple = pg_sys::systable_getnext(scan);
             if tuple.is_null() {
                 break;

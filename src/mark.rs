@@ -183,7 +183,7 @@ fn write_mark(mark: &DbMark, seq: pg_sys::Oid, need_ms: i64) {
     let mut persisted = catalog::sequence_value(seq);
     let reserved = mark.reserved_ms.load(Ordering::Acquire);
     let dboid = mark.dboid.load(Ordering::Relaxed);
-    if persisted > settings::configured_epoch_ms() + MAX_MS {
+    if persisted > last_mark_ms() {
         // Past the last time IDs carry, it protects no ID: set by hand (a
         // setval rolled back, which setval does not undo), never by minting.
         // Set back to what this server reserved, never held.
@@ -323,7 +323,7 @@ fn check_held_slowly(state: &shared::SharedState) {
         let exists = database_exists(dboid);
         // A held mark past the last time IDs carry (held by an earlier
         // version) protects no ID: released, as if its database were gone.
-        let exists = exists && mark_ms <= settings::configured_epoch_ms() + MAX_MS;
+        let exists = exists && mark_ms <= last_mark_ms();
         if exists && ahead_ms > takeable_lead_ms() {
             let max_lead_ms = settings::max_clock_lead_ms();
             IdError::MarkAhead {
@@ -389,7 +389,7 @@ fn take_restored_mark() {
     if Some(persisted) != wrote_myself {
         let entry = MY_MARK.get().or_else(|| shared::find_mark(dboid));
         let ours = entry.map_or(0, |m| m.reserved_ms.load(Ordering::Acquire)).max(filed_ms(dboid));
-        let last_ms = settings::configured_epoch_ms() + MAX_MS;
+        let last_ms = last_mark_ms();
         if persisted < ours || persisted > last_ms {
             catalog::as_superuser(|| catalog::with_latest_snapshot(|| catalog::set_sequence(seq, ours)));
             if persisted > last_ms {
@@ -584,6 +584,12 @@ fn last_replayed_commit_ms() -> i64 {
     // SAFETY: reads the recovery state's last replayed commit/abort time.
     let ts = unsafe { pg_sys::GetLatestXTime() };
     if ts == 0 { 0 } else { crate::core::layout::unix_ms_of_timestamptz(ts) }
+}
+
+/// The last Unix millisecond a mark may stand at: the last an ID of this
+/// server's epoch carries. A mark past it protects no ID.
+fn last_mark_ms() -> i64 {
+    settings::configured_epoch_ms() + MAX_MS
 }
 
 /// Raises every generator so that its next value lies after Unix millisecond `persisted_ms`.

@@ -32,15 +32,20 @@ struct Cached {
 
 static CACHE: BackendLocal<Option<Cached>> = BackendLocal::new(None);
 
-/// The registry table, qualified and quoted for use in SQL. The 0.1.0
-/// registry (keyed by OID, with no `schema_name`) is refused with 55000
-/// until `ALTER EXTENSION pg_idgen UPDATE`, never queried for columns it lacks.
-fn registry_table() -> String {
-    if let Some(rel) = catalog::relation(c"shard_schema_registry") {
-        if !catalog::has_column(rel, c"schema_name") {
-            IdError::NotUpdated(catalog::extension_version()).raise()
-        }
+/// The registry table. The 0.1.0 registry (keyed by OID, with no
+/// `schema_name`) is refused with 55000 until `ALTER EXTENSION pg_idgen
+/// UPDATE`, never read for columns it lacks.
+fn registry() -> pg_sys::Oid {
+    let rel = catalog::relation(c"shard_schema_registry").ok_or(IdError::NotInstalled).or_raise();
+    if !catalog::has_column(rel, c"schema_name") {
+        IdError::NotUpdated(catalog::extension_version()).raise()
     }
+    rel
+}
+
+/// The registry table, qualified and quoted for use in SQL.
+fn registry_table() -> String {
+    registry();
     catalog::qualified("shard_schema_registry")
 }
 
@@ -48,8 +53,7 @@ fn registry_table() -> String {
 /// (`catalog::scan`): no lock on its indexes, so a role queueing for one
 /// never makes a mint wait.
 fn load() -> HashMap<String, Shard> {
-    registry_table();
-    let rel = catalog::relation(c"shard_schema_registry").ok_or(IdError::NotInstalled).or_raise();
+    let rel = registry();
     let (name, shard) = (catalog::attnum(rel, c"schema_name"), catalog::attnum(rel, c"shard"));
     let rows = catalog::scan(rel, |row| (row.name(name), row.int4(shard)));
     let mut map = HashMap::new();

@@ -153,6 +153,6 @@ mod tests {
             one::<String>("SELECT setting || unit || ' ' || context FROM pg_settings WHERE name = 'pg_idgen.lease_ttl'"),
             "10s postmaster"
         );
-        assert_eq!(one::<String>("SELECT provolatile::text || proparallel::text FROM pg_proc WHERE proname = 'shard_leases'"), "vs");
+        assert_eq!(one::<String>("SELECT provolatile::text || proparallel::text FROM pg_catalog.pg_proc WHERE proname = 'shard_leases'"), "vs");
     }
 }
