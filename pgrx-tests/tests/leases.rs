@@ -68,6 +68,19 @@ impl Drop for Thaw<'_> {
     }
 }
 
+/// Calls `next_shard_id(shard)` every `pause` for `span`, each call refused
+/// (55000, else it fails saying `what`); how many calls were made.
+fn refuses_for(c: &mut pg_idgen_e2e::postgres::Client, shard: i32, span: Duration, pause: Duration, what: &str) -> usize {
+    let start = Instant::now();
+    let mut refused = 0;
+    while start.elapsed() < span {
+        assert_eq!(sqlstate(c.query_one("SELECT next_shard_id($1)", &[&shard])), "55000", "{what}");
+        refused += 1;
+        std::thread::sleep(pause);
+    }
+    refused
+}
+
 /// One call's outcome: when the call was sent, and the ID or the SQLSTATE.
 type Call = (Instant, Result<i64, String>);
 
@@ -261,14 +274,8 @@ fn a_server_paused_past_its_ttl_mints_nothing_on_waking_and_repeats_nothing() {
     assert!(b_ids.iter().all(|id| *id > a_last), "B minted at or below A's last ID");
     drop(thaw);
     // At once on waking, and for two TTLs after: A mints nothing.
-    let woke = Instant::now();
-    let mut refused = 0;
-    while woke.elapsed() < Duration::from_secs(2 * TTL_S) {
-        let r = ca.query_one("SELECT next_shard_id(5)", &[]);
-        assert_eq!(sqlstate(r), "55000", "A minted after waking, while B holds the lease");
-        refused += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let what = "A minted after waking, while B holds the lease";
+    let refused = refuses_for(&mut ca, 5, Duration::from_secs(2 * TTL_S), Duration::from_millis(50), what);
     assert!(refused > 10);
     assert!(held(&a).is_empty() && held(&b) == vec![5]);
 }
@@ -522,13 +529,7 @@ fn the_leader_key_lets_the_elected_primary_take_a_silent_ones_shard_before_its_l
     // A wakes once its lease ran out in the store: it mints nothing of shard 5.
     eventually(60, "A's lease runs out in the store", || etcd.ttl_left(a_lease) <= 0);
     drop(thaw);
-    let woke = Instant::now();
-    let mut refused = 0;
-    while woke.elapsed() < Duration::from_secs(4) {
-        assert_eq!(sqlstate(ca.query_one("SELECT next_shard_id(5)", &[])), "55000", "A minted after waking");
-        refused += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let refused = refuses_for(&mut ca, 5, Duration::from_secs(4), Duration::from_millis(50), "A minted after waking");
     assert!(refused > 10, "A was asked only {refused} times");
     eventually(30, "A sees it is not the leader", || {
         ca.query_one("SELECT state FROM shard_leases() WHERE shard = 5", &[]).unwrap().get::<_, String>(0) == "not leader"
@@ -587,13 +588,7 @@ fn a_copy_of_the_elected_primary_never_takes_its_shard() {
     // A silent for 15 s: more than a missed renewal (11 s of 30), less than its lease.
     a.freeze();
     let thaw = Thaw(&a);
-    let frozen = Instant::now();
-    let mut refused = 0;
-    while frozen.elapsed() < Duration::from_secs(15) {
-        assert_eq!(sqlstate(cc.query_one("SELECT next_shard_id(5)", &[])), "55000", "the copy minted shard 5");
-        refused += 1;
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let refused = refuses_for(&mut cc, 5, Duration::from_secs(15), Duration::from_millis(200), "the copy minted shard 5");
     drop(thaw);
     assert!(refused > 20, "the copy was asked only {refused} times");
     assert!(!copy.log().contains("took shard 5"), "the copy took shard 5 from the primary");
