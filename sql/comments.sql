@@ -92,3 +92,5 @@ COMMENT ON FUNCTION citus_shard_release(int, bigint) IS
 -- Only the extension's owner (the role pg_idgen connects as between nodes
 -- for a hand-over) runs the hand-over functions.
 REVOKE EXECUTE ON FUNCTION citus_shard_take(text, bigint), citus_shard_take_back(int, bool), citus_shard_release(int, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION next_node_id() IS
+    'pg_idgen: on a Citus node, the next 64-bit ID of its node group''s own logical shard (group 0: 8191, group 1: 8190, ...), minted there with no call to another node';

@@ -164,8 +164,15 @@ pub enum IdError {
     CitusWorker(&'static str),
     /// A call forwarded to a node that is a Citus worker itself.
     CitusForwardedToWorker(&'static str),
-    /// A schema's call forwarded twice without reaching the node holding the schema.
-    CitusForwardedTwice { function: &'static str, schema: String },
+    /// A call forwarded twice without reaching the node that mints it
+    /// (`what`: a schema, or a node group's shard).
+    CitusForwardedTwice { function: &'static str, what: String },
+    /// `next_node_id()` on a node whose group has no shard of its own.
+    CitusGroupWithoutShard { group: i32, groups: i32 },
+    /// A node group's own shard, where Citus lists no node in that group.
+    CitusNoNodeInGroup { function: &'static str, shard: i32, group: i32 },
+    /// Registering a schema at a shard a Citus node group mints with `next_node_id()`.
+    CitusNodeShard { shard: i32, group: i32 },
     /// A schema's data moved again while this node took its shard over.
     CitusMovedMeanwhile { function: &'static str, schema: String },
     /// A hand-over function in a database that is no node of a Citus cluster.
@@ -250,7 +257,11 @@ impl IdError {
             CitusNoCoordinator | CitusWorker(_) | CitusForwardedToWorker(_) | CitusForwardedTwice { .. } | CitusMovedMeanwhile { .. } => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
-            CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } | CitusNoNodeInGroup { .. } => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            CitusGroupWithoutShard { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            CitusNodeShard { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             CitusUnreachable { .. } => ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             CitusReservedSlots { .. } | CitusTooManyConnections { .. } => ERRCODE_TOO_MANY_CONNECTIONS,
             CitusNoExecute { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -539,10 +550,25 @@ impl IdError {
                 Some("This session's application_name is the one pg_idgen gives the sessions a worker opens on the coordinator, and this node is a worker: a worker's metadata names it as the coordinator (node group 0), or a client took that name.".into()),
                 Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>) with the coordinator's own address; a client must use another application_name.".into()),
             ),
-            CitusForwardedTwice { function, schema } => (
-                format!("{function} for schema \"{schema}\" was forwarded twice without reaching the node holding the schema"),
-                Some("The nodes' metadata disagree on where the schema's data is, as for a moment while it moves.".into()),
+            CitusForwardedTwice { function, what } => (
+                format!("{function} for {what} was forwarded twice without reaching the node that mints it"),
+                Some("The nodes' metadata disagree on where the data is, as for a moment while it moves.".into()),
                 Some("Retry the statement.".into()),
+            ),
+            CitusGroupWithoutShard { group, groups } => (
+                format!("Citus node group {group} has no logical shard of its own"),
+                Some(format!("Node groups 0 to {} mint shards {} down to {} with next_node_id().", groups - 1, crate::core::layout::MAX_SHARD, crate::core::layout::MAX_SHARD - groups + 1)),
+                Some("On this node, key the table with next_shard_id() or next_schema_id() instead.".into()),
+            ),
+            CitusNoNodeInGroup { function, shard, group } => (
+                format!("{function}({shard}) names the own shard of Citus node group {group}, which has no node"),
+                Some("A node group's own shard is minted only by the node of that group; a group removed from the cluster never mints again.".into()),
+                None,
+            ),
+            CitusNodeShard { shard, group } => (
+                format!("shard {shard} is the own shard of Citus node group {group}"),
+                Some(format!("On a Citus cluster, shards {} to {} are minted by the node groups with next_node_id().", crate::core::layout::MAX_SHARD - crate::core::route::NODE_GROUPS + 1, crate::core::layout::MAX_SHARD)),
+                Some("Register the schema with a lower shard.".into()),
             ),
             CitusMovedMeanwhile { function, schema } => (
                 format!("the data of schema \"{schema}\" moved while {function} took its shard over here"),

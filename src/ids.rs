@@ -22,16 +22,14 @@ fn now_tick(epoch_ms: i64) -> Result<u64, CoreError> {
     }
 }
 
-/// Mints the next ID of a shard, for SQL function `function`.
+/// Mints the next ID of a shard here, for SQL function `function`.
 #[inline]
 pub fn mint(shard: Shard, function: &'static str) -> i64 {
-    try_mint(shard, function).or_raise()
+    mint_here(shard, function).or_raise()
 }
 
-/// Mints the next ID of a shard, or says why the generator would not (a
-/// shard released, a clock behind); other errors are raised.
 #[inline]
-pub fn try_mint(shard: Shard, function: &'static str) -> Result<i64, CoreError> {
+fn mint_here(shard: Shard, function: &'static str) -> Result<i64, CoreError> {
     let state = shared::state().or_raise();
     let slot = &state.shards[shard.index()];
     mark::check_writable(function);
@@ -78,7 +76,16 @@ fn parts_of(id: i64) -> Parts {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_shard_id(shard: i32) -> i64 {
     let shard = Shard::new(shard).or_raise();
-    citus::mint(Call::Shard(shard), "next_shard_id", |s| try_mint(s, "next_shard_id")).unwrap_or_else(|| mint(shard, "next_shard_id"))
+    citus::mint(Call::Shard(shard), "next_shard_id", |s| mint(s, "next_shard_id")).unwrap_or_else(|| mint(shard, "next_shard_id"))
+}
+
+/// The next ID of this Citus node group's own logical shard, minted on the
+/// node the statement runs on, with no call to another node: the key for
+/// hash-distributed tables.
+#[pg_extern(volatile, parallel_unsafe)]
+fn next_node_id() -> i64 {
+    citus::mint(Call::Node, "next_node_id", |s| mint(s, "next_node_id"))
+        .unwrap_or_else(|| crate::errors::IdError::CitusNotANode("next_node_id").raise())
 }
 
 /// The time an ID was minted (to the millisecond).

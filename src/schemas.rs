@@ -111,7 +111,7 @@ fn next_schema_id(schema_name: &str) -> i64 {
         IdError::SchemaMissing(schema_name.into()).raise()
     }
     let resolve = || shard_of(schema_name);
-    if let Some(id) = citus::mint(Call::Schema(schema_name, &resolve), "next_schema_id", |s| ids::try_mint(s, "next_schema_id")) {
+    if let Some(id) = citus::mint(Call::Schema(schema_name, &resolve), "next_schema_id", |s| ids::mint(s, "next_schema_id")) {
         return id;
     }
     crate::shared::state().or_raise();
@@ -166,6 +166,7 @@ fn check_shard_free(table: &str, shard: Shard) {
 
 fn register(schema_name: &str, shard: Shard, function: &'static str) {
     citus::refuse_on_worker(function);
+    citus::refuse_node_shard(shard);
     crate::mark::check_writable(function);
     crate::fleet::check(shard).or_raise();
     let table = registry_table();

@@ -150,6 +150,22 @@ pub fn look_up_holder(name: &str) -> Option<Holder> {
     }
 }
 
+/// The primary node of node group `group`, if Citus lists one.
+pub fn node_of_group(group: i32) -> Option<Addr> {
+    static NODES: Memo<i32, Option<Addr>> = BackendLocal::new(None);
+    memo(&NODES, group, || {
+        let rows = catalog::query_text_rows_now(
+            "SELECT n.nodename::text, n.nodeport::text FROM pg_catalog.pg_dist_node n
+              WHERE n.groupid OPERATOR(pg_catalog.=) $1::pg_catalog.int4 AND n.noderole OPERATOR(pg_catalog.=) 'primary'",
+            &[&group.to_string()],
+        );
+        match &rows.into_iter().next()?[..] {
+            [Some(host), Some(port)] => Some(Addr { host: host.clone(), port: port.parse().ok()? }),
+            _ => None,
+        }
+    })
+}
+
 /// The schema registered (in this database's registry) for a logical
 /// shard, on the coordinator, where the registry is kept.
 pub fn registered_schema(shard: i32) -> Option<String> {

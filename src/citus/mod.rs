@@ -1,29 +1,27 @@
-//! Citus: each logical shard of a distributed schema is minted by the node
-//! that holds the schema's data (Instagram's model), every other shard by
-//! the coordinator.
+//! Citus: each node mints its node group's own logical shard
+//! (`next_node_id()`), the node holding a distributed schema's data mints
+//! the schema's shard (Instagram's model), the coordinator every other.
 //!
 //! Citus evaluates a `DEFAULT next_schema_id(...)` on whichever node a
 //! statement enters through, and for `INSERT ... SELECT` or `COPY` on every
 //! worker holding a shard. If each node minted with its own generators, two
 //! nodes would mint the same logical shard in the same millisecond. So one
-//! node mints each: for a distributed schema registered as a logical shard,
-//! the node holding its placement (by Citus's metadata, which every node
-//! has); for any other shard, the coordinator (node group 0). A call
-//! entering elsewhere is forwarded to that node by the server's forwarder
-//! (see [`forwarder`]), and answers what it answered; a statement minting many
-//! rows takes them in blocks (see [`Block`]). When a schema's placement
-//! moves, the new holder takes the shard over before it mints (see
-//! [`handover`]): its first ID is above the old holder's last.
+//! node mints each, as [`route::decide`] says from what this node knows
+//! (Citus's metadata, which every node has, and the hand-over record). A
+//! call entering elsewhere is sent to that node by the server's forwarder
+//! (see [`forwarder`]), and answers what it answered; a statement minting
+//! many rows takes them in blocks (see [`Block`]). When a schema's
+//! placement moves, the new holder takes the shard over before it mints
+//! (see [`handover`]): its first ID is above the old holder's last.
 //!
-//! So a statement entering at the node holding a schema mints with no round
+//! So a statement entering at the node that mints its shard makes no round
 //! trip, and goes on when the coordinator is down; one entering elsewhere
-//! costs a round trip to the holder. UUIDv7 is minted on every node (74
+//! costs a round trip to that node. UUIDv7 is minted on every node (62
 //! random bits).
 //!
 //! Without Citus in `shared_preload_libraries` nothing here runs; with it,
 //! a database without the citus extension mints as a single server does.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -35,12 +33,14 @@ mod handover;
 mod libpq;
 mod metadata;
 
+use std::rc::Rc;
+
 use metadata::Addr;
 
 use crate::backend::BackendLocal;
 use crate::catalog;
-use crate::core::error::CoreError;
 use crate::core::layout::Shard;
+use crate::core::route::{self, Decision, Facts, Node, Refusal};
 use crate::errors::{IdError, OrRaise};
 
 /// Whether Citus is loaded in this server (set once, at our preload).
@@ -90,24 +90,19 @@ unsafe extern "C-unwind" fn statement_analyzed(pstate: *mut pg_sys::ParseState, 
     }
 }
 
-/// What is minted for: a logical shard, or a schema's (with how to find
-/// its shard in the registry, on the coordinator).
+/// What is minted for: this node group's own shard, a logical shard, or
+/// a schema's (with how to find its shard in the registry, on the coordinator).
 pub enum Call<'a> {
+    Node,
     Shard(Shard),
     Schema(&'a str, &'a dyn Fn() -> Shard),
 }
 
 impl Call<'_> {
-    fn key(&self) -> Key {
-        match self {
-            Call::Shard(shard) => Key::Shard(shard.index()),
-            Call::Schema(schema, _) => Key::Schema(schema.to_string()),
-        }
-    }
-
     /// The argument types of the function called, `function`.
     fn args(&self) -> &'static str {
         match self {
+            Call::Node => "",
             Call::Shard(_) => "integer",
             Call::Schema(..) => "text",
         }
@@ -158,130 +153,194 @@ type Statement = (pg_sys::TimestampTz, u64, pg_sys::Oid);
 static BLOCKS: BackendLocal<(Option<Statement>, Vec<Block>)> = BackendLocal::new((None, Vec::new()));
 
 /// Mints for `call` as a node of a Citus cluster: here with `here` when
-/// this node mints the shard, otherwise by the node that does. None when
-/// this database is not a node of a Citus cluster (it mints as a single
-/// server does).
+/// this node mints the shard, otherwise by the node that does, as
+/// [`route::decide`] says. None when this database is not a node of a
+/// Citus cluster (it mints as a single server does).
 #[inline]
-pub fn mint(call: Call<'_>, function: &'static str, here: impl Fn(Shard) -> Result<i64, CoreError>) -> Option<i64> {
+pub fn mint(call: Call<'_>, function: &'static str, here: impl Fn(Shard) -> i64) -> Option<i64> {
     if !PRELOADED.load(Ordering::Relaxed) {
         return None;
     }
     let place = metadata::place()?;
-    // Twice at most: once more after a hand-over showed what was read stale.
-    for attempt in 0..2 {
-        let route = match place.group {
-            0 => on_coordinator(&call, &place, attempt > 0, function),
-            _ => on_worker(&call, &place, function),
+    // Twice at most: the decision asks to read again only what was read
+    // before a release it sees, and never after.
+    for fresh in [false, true] {
+        let seen = Seen::gather(&call, &place, fresh);
+        let what = match &call {
+            Call::Node => route::Call::Node,
+            Call::Shard(shard) => route::Call::Shard(shard.index() as i32),
+            Call::Schema(..) => route::Call::Schema,
         };
-        let outcome = match route {
-            Route::Here(shard) => here(shard),
-            Route::Forward(addr, key) => return Some(forward(&addr, key, function, call.args())),
-        };
-        match outcome {
-            Ok(id) => return Some(id),
-            Err(CoreError::ShardReleased(_)) if attempt == 0 => {
-                // Another node took the shard since: read again where it is.
+        match route::decide(what, seen.facts) {
+            Decision::Here => return Some(here(seen.shard(&call, &place))),
+            Decision::TakeBack { renew } => {
+                let shard = seen.shard(&call, &place);
+                let me = place.coordinator.as_ref().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
+                handover::ask(me, handover::Ask::Back(shard, renew), function);
+                return Some(here(shard));
+            }
+            Decision::TakeOver => return Some(here(take_over(&call, &seen, &place, function))),
+            Decision::Send(node) => return Some(send(&call, &seen, &place, node, function)),
+            Decision::Reread => {
                 metadata::forget();
                 handover::forget();
             }
-            Err(e) => IdError::from(e).raise(),
+            Decision::Refuse(why) => refuse(why, &call, &seen, function),
         }
     }
-    IdError::ShardReleased(None).raise()
+    IdError::Internal("the Citus routing asked to read the metadata again twice".into()).raise()
 }
 
-/// Where a call is minted.
-enum Route {
-    Here(Shard),
-    /// By another node, asked for what the key names.
-    Forward(Addr, Key),
+/// What this node knows about a call: the decision's facts, and what
+/// acting on them needs (the schema's name and holder, the shard).
+struct Seen {
+    facts: Facts,
+    schema: Option<String>,
+    holder: Option<Rc<metadata::Holder>>,
+    shard: Option<Shard>,
 }
 
-/// On the coordinator: a schema's shard where its data is, every other
-/// shard here, after taking back a shard a worker took before.
-fn on_coordinator(call: &Call<'_>, place: &metadata::Place, renew: bool, function: &'static str) -> Route {
-    let schema: Option<Cow<'_, str>> = match call {
-        Call::Shard(shard) => metadata::registered_schema(shard.index() as i32).map(Cow::Owned),
-        Call::Schema(name, _) => Some(Cow::Borrowed(*name)),
-    };
-    if let Some(schema) = schema {
-        if let Some(holder) = metadata::holder(&schema).filter(|h| h.group != 0) {
-            if libpq::hop() > 1 {
-                IdError::CitusForwardedTwice { function, schema: schema.into_owned() }.raise()
-            }
-            return Route::Forward(holder.addr.clone(), Key::Schema(schema.into_owned()));
-        }
-    }
-    let shard = match call {
-        Call::Shard(shard) => *shard,
-        Call::Schema(_, resolve) => resolve(),
-    };
-    // A worker took it before, or (`renew`) the coordinator's own release
-    // was never recorded: the coordinator takes it back, in a session of its own.
-    if renew || handover::recorded_group(shard) != 0 {
-        let me = place.coordinator.as_ref().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
-        handover::ask(me, handover::Ask::Back(shard, renew), function);
-    }
-    Route::Here(shard)
-}
-
-/// On a worker: a schema's shard here if this node holds its data (taking
-/// the shard over first, if it has not), at the node that does otherwise;
-/// any other shard at the coordinator, unless this node took it over for a
-/// schema whose data it still holds.
-fn on_worker(call: &Call<'_>, place: &metadata::Place, function: &'static str) -> Route {
-    let coordinator = || place.coordinator.clone().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
-    let hop = libpq::hop();
-    let name = match call {
-        Call::Shard(shard) => {
-            // A shard this node took over for a schema whose data it still holds.
-            if let Some(e) = handover::held(shard.index() as i32) {
-                let here = catalog::schema_name(pg_sys::Oid::from(e.schema)).and_then(|n| metadata::holder(&n));
-                if here.is_some_and(|h| h.group == place.group) {
-                    return Route::Here(*shard);
+impl Seen {
+    fn gather(call: &Call<'_>, place: &metadata::Place, fresh: bool) -> Seen {
+        let mut seen = Seen {
+            facts: Facts { group: place.group, hop: libpq::hop(), fresh, ..Facts::default() },
+            schema: None,
+            holder: None,
+            shard: None,
+        };
+        let asked = match call {
+            Call::Node => return seen,
+            Call::Shard(shard) => *shard,
+            Call::Schema(name, _) => {
+                seen.schema = Some((*name).to_string());
+                seen.holder = metadata::holder(name);
+                seen.facts.holder = seen.holder.as_ref().map(|h| h.group);
+                if seen.facts.holder.is_some_and(|g| g != place.group) {
+                    return seen;
+                }
+                match (place.group, &seen.holder) {
+                    // The coordinator: the registry's shard.
+                    (0, _) => match call {
+                        Call::Schema(_, resolve) => resolve(),
+                        _ => unreachable!(),
+                    },
+                    // A worker holding the data: the shard it took for the schema, if it did.
+                    (_, Some(h)) => match handover::held_for_schema(h.schema) {
+                        Some(e) => Shard::new(e.shard).or_raise(),
+                        None => return seen,
+                    },
+                    // A worker that does not know: the coordinator does.
+                    (_, None) => return seen,
                 }
             }
-            if hop > 0 {
-                IdError::CitusForwardedToWorker(function).raise()
-            }
-            return Route::Forward(coordinator(), call.key());
+        };
+        let index = asked.index() as i32;
+        if let (Call::Shard(_), Some(group)) = (call, route::node_group_of(index)) {
+            seen.facts.group_listed = group == place.group || metadata::node_of_group(group).is_some();
+            seen.shard = Some(asked);
+            return seen;
         }
-        Call::Schema(name, _) => *name,
-    };
-    let Some(holder) = metadata::holder(name) else {
-        if hop > 0 {
-            IdError::CitusForwardedToWorker(function).raise()
+        if let Call::Shard(_) = call {
+            // The schema of the shard, where this node knows it: the
+            // registry on the coordinator, a worker's own hand-over record.
+            seen.schema = match place.group {
+                0 => metadata::registered_schema(index),
+                _ => handover::held(index).and_then(|e| catalog::schema_name(pg_sys::Oid::from(e.schema))),
+            };
+            seen.holder = seen.schema.as_deref().and_then(metadata::holder);
+            seen.facts.holder = seen.holder.as_ref().map(|h| h.group);
         }
-        return Route::Forward(coordinator(), call.key());
-    };
-    if holder.group != place.group {
-        if hop > 1 {
-            IdError::CitusForwardedTwice { function, schema: name.into() }.raise()
-        }
-        return Route::Forward(holder.addr.clone(), call.key());
+        seen.facts.taken_here = place.group != 0 && seen.facts.holder == Some(place.group) && handover::held(index).is_some();
+        seen.facts.recorded = if place.group == 0 { handover::recorded_group(asked) } else { 0 };
+        seen.facts.released_here = crate::shared::state().or_raise().shards[asked.index()].last.load(Ordering::Acquire)
+            == crate::core::generator::RETIRED;
+        seen.shard = Some(asked);
+        seen
     }
-    if let Some(e) = handover::held_for_schema(holder.schema) {
-        return Route::Here(Shard::new(e.shard).or_raise());
+
+    /// The shard to mint here.
+    fn shard(&self, call: &Call<'_>, place: &metadata::Place) -> Shard {
+        match (call, self.shard) {
+            (_, Some(shard)) => shard,
+            (Call::Node, None) => Shard::new(route::node_shard(place.group).unwrap_or(-1)).or_raise(),
+            _ => IdError::Internal("the Citus routing chose to mint a shard it did not know".into()).raise(),
+        }
     }
-    // This node holds the data but has not taken the shard: the coordinator
-    // hands it over. Once more, afresh, if a release here is newer than the
-    // answer: either the shard moved on while the answer was on its way (the
-    // coordinator then names another node), or that release was never
-    // recorded (its hand-over rolled back).
+}
+
+/// On a worker holding a schema's data: has the coordinator hand its shard
+/// over, and returns it. Once more, afresh, if a release here is newer
+/// than the answer: either the shard moved on while the answer was on its
+/// way (the coordinator then names another node), or that release was
+/// never recorded (its hand-over rolled back).
+fn take_over(call: &Call<'_>, seen: &Seen, place: &metadata::Place, function: &'static str) -> Shard {
+    let (Some(name), Some(holder)) = (seen.schema.as_deref(), seen.holder.as_ref()) else {
+        IdError::Internal("the Citus routing chose a hand-over with no schema".into()).raise()
+    };
+    let coordinator = place.coordinator.as_ref().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
     let mut renew = None;
     for _ in 0..2 {
-        let taken = handover::ask(&coordinator(), handover::Ask::Schema(name, renew), function);
+        let taken = handover::ask(coordinator, handover::Ask::Schema(name, renew), function);
         if taken.group != place.group {
             break;
         }
         if handover::adopt(&taken, holder.schema) {
-            return Route::Here(taken.shard);
+            // A shard asked for by number that the registry no longer gives this schema.
+            if matches!(call, Call::Shard(s) if *s != taken.shard) {
+                break;
+            }
+            return taken.shard;
         }
         renew = handover::released_in(taken.shard.index() as i32);
     }
     // The coordinator's metadata places the data elsewhere by now.
     metadata::forget();
     IdError::CitusMovedMeanwhile { function, schema: name.into() }.raise()
+}
+
+/// Sends the call to `node` and returns the ID it minted.
+fn send(call: &Call<'_>, seen: &Seen, place: &metadata::Place, node: Node, function: &'static str) -> i64 {
+    let (addr, key, what) = match node {
+        Node::Coordinator => {
+            let addr = place.coordinator.clone().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
+            let key = match (call, &seen.schema) {
+                (Call::Shard(shard), _) => Key::Shard(shard.index()),
+                (_, Some(name)) => Key::Schema(name.clone()),
+                _ => IdError::Internal("the Citus routing sent a call it cannot name".into()).raise(),
+            };
+            (addr, key, "the Citus coordinator".to_string())
+        }
+        Node::Holder => {
+            let (Some(name), Some(holder)) = (&seen.schema, &seen.holder) else {
+                IdError::Internal("the Citus routing sent a call to no holder".into()).raise()
+            };
+            (holder.addr.clone(), Key::Schema(name.clone()), format!("the Citus node holding schema \"{name}\""))
+        }
+        Node::Group(group) => {
+            let shard = seen.shard(call, place);
+            let addr = metadata::node_of_group(group).unwrap_or_else(|| refuse(Refusal::NoNodeInGroup(group), call, seen, function));
+            (addr, Key::Shard(shard.index()), format!("the Citus node of group {group}"))
+        }
+    };
+    forward(&addr, key, function, call.args(), &what)
+}
+
+/// Raises the error a refusal names.
+fn refuse(why: Refusal, call: &Call<'_>, seen: &Seen, function: &'static str) -> ! {
+    let shard = || seen.shard.map_or(-1, |s| s.index() as i32);
+    match why {
+        Refusal::Misrouted => IdError::CitusForwardedTwice {
+            function,
+            what: match (&seen.schema, call) {
+                (Some(name), _) => format!("schema \"{name}\""),
+                _ => format!("shard {}", shard()),
+            },
+        }
+        .raise(),
+        Refusal::WorkerAsCoordinator => IdError::CitusForwardedToWorker(function).raise(),
+        Refusal::GroupWithoutShard(group) => IdError::CitusGroupWithoutShard { group, groups: route::NODE_GROUPS }.raise(),
+        Refusal::NoNodeInGroup(group) => IdError::CitusNoNodeInGroup { function, shard: shard(), group }.raise(),
+    }
 }
 
 /// Refuses, on a Citus worker, what only the coordinator's state can hold.
@@ -291,10 +350,20 @@ pub fn refuse_on_worker(function: &'static str) {
     }
 }
 
+/// Refuses, on a Citus cluster, to register a schema at a shard a node
+/// group mints with `next_node_id()`.
+pub fn refuse_node_shard(shard: Shard) {
+    if PRELOADED.load(Ordering::Relaxed) && metadata::place().is_some() {
+        if let Some(group) = route::node_group_of(shard.index() as i32) {
+            IdError::CitusNodeShard { shard: shard.index() as i32, group }.raise()
+        }
+    }
+}
+
 /// An ID minted by the node at `addr` for `key`, from this statement's
 /// block of it, fetched anew when it runs out; `function` of `args` is what
 /// the caller called, which the minting node checks the caller may execute.
-fn forward(addr: &Addr, key: Key, function: &'static str, args: &str) -> i64 {
+fn forward(addr: &Addr, key: Key, function: &'static str, args: &str, what: &str) -> i64 {
     crate::mark::check_writable(function);
     // SAFETY: reads the current command's start time and the current role.
     let statement = unsafe { (pg_sys::GetCurrentStatementStartTimestamp(), ANALYZED.load(Ordering::Relaxed), pg_sys::GetUserId()) };
@@ -321,10 +390,7 @@ fn forward(addr: &Addr, key: Key, function: &'static str, args: &str) -> i64 {
         Key::Shard(shard) => (false, shard.to_string()),
         Key::Schema(name) => (true, name.clone()),
     };
-    let what = || match key {
-        Key::Shard(_) => "the Citus coordinator".to_string(),
-        Key::Schema(_) => format!("the Citus node holding schema \"{value}\""),
-    };
+    let what = || what.to_string();
     let mut ids: VecDeque<i64> = forwarder::mint(addr, schema, &value, n, function, &libpq::signature(function, args), &what).into();
     let first = ids.pop_front().unwrap_or_else(|| IdError::Internal("another node returned no ID".into()).raise());
     let shard = crate::core::layout::decompose(first).or_raise().shard;

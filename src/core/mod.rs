@@ -7,5 +7,6 @@ pub mod error;
 pub mod generator;
 pub mod layout;
 pub mod lease;
+pub mod route;
 pub mod schemes;
 pub mod uuid_layout;

@@ -1,0 +1,31 @@
+-- pg_idgen 0.10.0 -> 0.11.0 (ALTER EXTENSION pg_idgen UPDATE).
+-- next_node_id(): on a Citus node, an ID of its node group's own shard,
+-- minted where the statement runs. Groups 0 to 1023 mint shards 8191 down
+-- to 7168, so on a Citus cluster no schema may be registered there.
+\echo Use "ALTER EXTENSION pg_idgen UPDATE TO '0.11.0'" to load this file. \quit
+
+DO $$
+DECLARE
+    taken text;
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        SELECT pg_catalog.string_agg(pg_catalog.format('%I (shard %s)', r.schema_name, r.shard), ', ')
+          INTO taken
+          FROM @extschema@.shard_schema_registry r
+         WHERE r.shard OPERATOR(pg_catalog.>=) 7168;
+        IF taken IS NOT NULL THEN
+            RAISE EXCEPTION 'schemas registered at shards Citus node groups mint: %', taken
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'On a Citus cluster, pg_idgen 0.11.0 mints shards 7168 to 8191 with next_node_id() (node group 0: 8191, group 1: 8190, ...).',
+                      HINT = 'As the extension''s owner, delete their rows from shard_schema_registry and register each again with shard_schema_register below shard 7168, then update.';
+        END IF;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION "next_node_id"() RETURNS bigint
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'next_node_id_wrapper';
+COMMENT ON FUNCTION next_node_id() IS
+    'pg_idgen: on a Citus node, the next 64-bit ID of its node group''s own logical shard (group 0: 8191, group 1: 8190, ...), minted there with no call to another node';
