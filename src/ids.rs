@@ -195,6 +195,14 @@ mod tests {
     }
 
     #[pg_test]
+    fn next_node_id_outside_a_citus_cluster_is_refused() {
+        assert_eq!(
+            crate::testing::error_of("next_node_id()"),
+            "55000: next_node_id must run on a node of a Citus cluster / This database has no citus extension."
+        );
+    }
+
+    #[pg_test]
     fn ids_of_one_shard_strictly_increase_within_a_statement() {
         let bad: i64 = one(
             "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev
