@@ -1,68 +1,13 @@
-//! The 64-bit IDs in SQL: minting, decoding, building and range bounds.
+//! The 64-bit IDs in SQL: minting (here, or where Citus routes it), decoding, building and range bounds.
 
 use pgrx::prelude::*;
 
-use crate::core::error::CoreError;
-use crate::core::generator;
-use crate::core::layout::{self, Parts, Placed, Shard, ID_TICKS, MAX_MS, SEQ_BITS};
+use crate::core::layout::{self, Parts, Placed, Shard};
 use crate::errors::OrRaise;
-use crate::mark::{self, DbReservation};
-use crate::clock::{self, timestamptz};
-use crate::citus::{self, Call};
-use crate::{epoch, fleet, lease, settings, shared};
-
-/// The clock as a generator tick: epoch milliseconds, counter 0.
-#[inline]
-fn now_tick(epoch_ms: i64) -> Result<u64, CoreError> {
-    let ms = clock::unix_us().div_euclid(1000) - epoch_ms;
-    if (0..=MAX_MS).contains(&ms) {
-        Ok((ms as u64) << SEQ_BITS)
-    } else {
-        Err(CoreError::ClockOutOfRange)
-    }
-}
-
-/// Mints the next ID of a shard here, for SQL function `function`.
-#[inline]
-pub fn mint(shard: Shard, function: &'static str) -> i64 {
-    mint_here(shard, function).or_raise()
-}
-
-#[inline]
-fn mint_here(shard: Shard, function: &'static str) -> Result<i64, CoreError> {
-    let state = shared::state().or_raise();
-    let slot = &state.shards[shard.index()];
-    mark::check_writable(function);
-    fleet::check(shard).or_raise();
-    // Before the reservation is loaded: a shard not leased here moves no mark.
-    let leased = lease::check(&state.leases, shard).or_raise();
-    let epoch_ms = epoch::for_minting();
-    let reservation = DbReservation::loaded(epoch_ms);
-    let lead = settings::max_clock_lead_ms();
-    let minted = match leased {
-        None => generator::mint(&slot.last, ID_TICKS, lead, &reservation, || now_tick(epoch_ms), clock::sleep_ms),
-        Some(mark_ms) => {
-            let capped = lease::Capped::new(&reservation, mark_ms - epoch_ms);
-            let minted = generator::mint(&slot.last, ID_TICKS, lead, &capped, || now_tick(epoch_ms), clock::sleep_ms);
-            // A mint that waited (for the clock, a lock, a WAL flush) hands
-            // its ID out only if the lease still held when it was taken.
-            if matches!(&minted, Ok(m) if m.waited || capped.extended.get()) {
-                lease::check(&state.leases, shard).or_raise();
-            }
-            minted
-        }
-    }
-    .map_err(|e| match e {
-        CoreError::ClockBehind { ahead_ms, max_lead_ms, .. } => {
-            CoreError::ClockBehind { shard: Some(shard.index() as i32), ahead_ms, max_lead_ms }
-        }
-        CoreError::ShardReleased(None) => CoreError::ShardReleased(Some(shard.index() as i32)),
-        CoreError::PastLeaseMark(None) => CoreError::PastLeaseMark(Some(shard.index() as i32)),
-        e => e,
-    })?;
-    slot.record(&minted, ID_TICKS, settings::track_status());
-    Ok(layout::from_tick(minted.tick, shard))
-}
+use crate::clock::timestamptz;
+use crate::citus::{self, Call, Routed};
+use crate::epoch;
+use crate::minting::mint;
 
 fn ms_of(ts: TimestampWithTimeZone) -> i64 {
     layout::ms_of_timestamptz(ts.into(), epoch::for_decoding()).or_raise()
@@ -76,7 +21,11 @@ fn parts_of(id: i64) -> Parts {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn next_shard_id(shard: i32) -> i64 {
     let shard = Shard::new(shard).or_raise();
-    citus::mint(Call::Shard(shard), "next_shard_id", |s| mint(s, "next_shard_id")).unwrap_or_else(|| mint(shard, "next_shard_id"))
+    match citus::route(Call::Shard(shard), "next_shard_id") {
+        Some(Routed::Minted(id)) => id,
+        Some(Routed::Here(s)) => mint(s, "next_shard_id"),
+        None => mint(shard, "next_shard_id"),
+    }
 }
 
 /// The next ID of this Citus node group's own logical shard, minted on the
@@ -84,8 +33,11 @@ fn next_shard_id(shard: i32) -> i64 {
 /// hash-distributed tables.
 #[pg_extern(volatile, parallel_unsafe)]
 fn next_node_id() -> i64 {
-    citus::mint(Call::Node, "next_node_id", |s| mint(s, "next_node_id"))
-        .unwrap_or_else(|| crate::errors::IdError::CitusNotANode("next_node_id").raise())
+    match citus::route(Call::Node, "next_node_id") {
+        Some(Routed::Minted(id)) => id,
+        Some(Routed::Here(s)) => mint(s, "next_node_id"),
+        None => crate::errors::IdError::CitusNotANode("next_node_id").raise(),
+    }
 }
 
 /// The time an ID was minted (to the millisecond).

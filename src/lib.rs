@@ -28,6 +28,7 @@ mod follow;
 mod ids;
 mod lease;
 mod mark;
+mod minting;
 mod ownership;
 mod planner;
 mod public;

@@ -15,8 +15,8 @@ use pgrx::prelude::*;
 use crate::backend::BackendLocal;
 use crate::core::layout::Shard;
 use crate::errors::{IdError, OrRaise};
-use crate::citus::{self, Call};
-use crate::{catalog, ids};
+use crate::citus::{self, Call, Routed};
+use crate::catalog;
 
 extension_sql_file!("../sql/registry.sql", name = "registry", requires = [catalog::pg_idgen_table_changed]);
 
@@ -111,12 +111,15 @@ fn next_schema_id(schema_name: &str) -> i64 {
         IdError::SchemaMissing(schema_name.into()).raise()
     }
     let resolve = || shard_of(schema_name);
-    if let Some(id) = citus::mint(Call::Schema(schema_name, &resolve), "next_schema_id", |s| ids::mint(s, "next_schema_id")) {
-        return id;
+    match citus::route(Call::Schema(schema_name, &resolve), "next_schema_id") {
+        Some(Routed::Minted(id)) => id,
+        Some(Routed::Here(shard)) => crate::minting::mint(shard, "next_schema_id"),
+        None => {
+            crate::shared::state().or_raise();
+            crate::mark::check_writable("next_schema_id");
+            crate::minting::mint(shard_of(schema_name), "next_schema_id")
+        }
     }
-    crate::shared::state().or_raise();
-    crate::mark::check_writable("next_schema_id");
-    ids::mint(shard_of(schema_name), "next_schema_id")
 }
 
 /// Refuses a name no schema can have, before PostgreSQL would truncate it.

@@ -152,12 +152,20 @@ type Statement = (pg_sys::TimestampTz, u64, pg_sys::Oid);
 
 static BLOCKS: BackendLocal<(Option<Statement>, Vec<Block>)> = BackendLocal::new((None, Vec::new()));
 
-/// Mints for `call` as a node of a Citus cluster: here with `here` when
-/// this node mints the shard, otherwise by the node that does, as
-/// [`route::decide`] says. None when this database is not a node of a
-/// Citus cluster (it mints as a single server does).
+/// Where a call is minted on a Citus cluster.
+pub enum Routed {
+    /// Here, for this shard (taken over or back first, if it had to be).
+    Here(Shard),
+    /// By another node, which answered this ID.
+    Minted(i64),
+}
+
+/// Routes `call` as a node of a Citus cluster, as [`route::decide`] says:
+/// what to mint here, or the ID the node that mints it answered. None when
+/// this database is not a node of a Citus cluster (it mints as a single
+/// server does).
 #[inline]
-pub fn mint(call: Call<'_>, function: &'static str, here: impl Fn(Shard) -> i64) -> Option<i64> {
+pub fn route(call: Call<'_>, function: &'static str) -> Option<Routed> {
     if !PRELOADED.load(Ordering::Relaxed) {
         return None;
     }
@@ -171,22 +179,23 @@ pub fn mint(call: Call<'_>, function: &'static str, here: impl Fn(Shard) -> i64)
             Call::Shard(shard) => route::Call::Shard(shard.index() as i32),
             Call::Schema(..) => route::Call::Schema,
         };
-        match route::decide(what, seen.facts) {
-            Decision::Here => return Some(here(seen.shard(&call, &place))),
+        return Some(match route::decide(what, seen.facts) {
+            Decision::Here => Routed::Here(seen.shard(&call, &place)),
             Decision::TakeBack { renew } => {
                 let shard = seen.shard(&call, &place);
                 let me = place.coordinator.as_ref().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
                 handover::ask(me, handover::Ask::Back(shard, renew), function);
-                return Some(here(shard));
+                Routed::Here(shard)
             }
-            Decision::TakeOver => return Some(here(take_over(&call, &seen, &place, function))),
-            Decision::Send(node) => return Some(send(&call, &seen, &place, node, function)),
+            Decision::TakeOver => Routed::Here(take_over(&call, &seen, &place, function)),
+            Decision::Send(node) => Routed::Minted(send(&call, &seen, &place, node, function)),
             Decision::Reread => {
                 metadata::forget();
                 handover::forget();
+                continue;
             }
             Decision::Refuse(why) => refuse(why, &call, &seen, function),
-        }
+        });
     }
     IdError::Internal("the Citus routing asked to read the metadata again twice".into()).raise()
 }
