@@ -94,3 +94,8 @@ COMMENT ON FUNCTION citus_shard_release(int, bigint) IS
 REVOKE EXECUTE ON FUNCTION citus_shard_take(text, bigint), citus_shard_take_back(int, bool), citus_shard_release(int, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION next_node_id() IS
     'pg_idgen: on a Citus node, the next 64-bit ID of its node group''s own logical shard (group 0: 8191, group 1: 8190, ...), minted there with no call to another node';
+COMMENT ON FUNCTION citus_registry_sync() IS
+    'pg_idgen on Citus: sends the coordinator''s registry of schema shards to every worker (each registration does; run after adding a worker)';
+COMMENT ON FUNCTION citus_registry_note(text[], int[]) IS
+    'pg_idgen on Citus: replaces a worker''s copy of the registry with the coordinator''s (run by the coordinator)';
+REVOKE EXECUTE ON FUNCTION citus_registry_sync(), citus_registry_note(text[], int[]) FROM PUBLIC;

@@ -29,3 +29,22 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'next_node_id_wrapper';
 COMMENT ON FUNCTION next_node_id() IS
     'pg_idgen: on a Citus node, the next 64-bit ID of its node group''s own logical shard (group 0: 8191, group 1: 8190, ...), minted there with no call to another node';
+
+-- A copy of the coordinator's registry on every worker, so that a worker
+-- sends next_shard_id of a schema's shard straight to its holder.
+CREATE FUNCTION "citus_registry_sync"() RETURNS bigint
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'citus_registry_sync_wrapper';
+CREATE FUNCTION "citus_registry_note"(
+	"schema_names" TEXT[],
+	"shards" INT[]
+) RETURNS void
+VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'citus_registry_note_wrapper';
+COMMENT ON FUNCTION citus_registry_sync() IS
+    'pg_idgen on Citus: sends the coordinator''s registry of schema shards to every worker (each registration does; run after adding a worker)';
+COMMENT ON FUNCTION citus_registry_note(text[], int[]) IS
+    'pg_idgen on Citus: replaces a worker''s copy of the registry with the coordinator''s (run by the coordinator)';
+REVOKE EXECUTE ON FUNCTION citus_registry_sync(), citus_registry_note(text[], int[]) FROM PUBLIC;

@@ -194,6 +194,7 @@ fn register(schema_name: &str, shard: Shard, function: &'static str) {
         &format!("INSERT INTO {table} (schema_name, shard) VALUES ($1::text::name, $2)"),
         &[schema_name.into(), (shard.index() as i32).into()],
     );
+    citus::registered(function);
 }
 
 #[cfg(any(test, feature = "pg_test"))]

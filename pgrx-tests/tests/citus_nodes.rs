@@ -166,8 +166,9 @@ mod citus {
     }
 
     /// The coordinator stopped: through the worker that does not hold a
-    /// schema, next_schema_id of it goes straight to the holder; the
-    /// coordinator's own shards refuse with 08001 naming it.
+    /// schema, next_schema_id of it and next_shard_id of its shard go
+    /// straight to the holder; the coordinator's own shards refuse with
+    /// 08001 naming it.
     #[test]
     fn a_schemas_shard_through_the_other_worker_needs_no_coordinator() {
         let mut cluster = Cluster::start("citus_onehop", 2, &["pg_idgen.max_clock_lead_ms = '1h'"]);
@@ -194,11 +195,67 @@ mod citus {
                 .get(0);
             ids.push(id);
         }
+        // next_shard_id of the schema's shard too: the worker's copy of the registry names the schema.
+        for i in 0..50 {
+            let id: i64 = o
+                .query_one("SELECT next_shard_id(101)", &[])
+                .unwrap_or_else(|e| panic!("next_shard_id(101) {i} through the other worker: {}", failure(&e)))
+                .get(0);
+            ids.push(id);
+        }
         assert!(ids.windows(2).all(|w| w[0] < w[1]) && ids.iter().all(|id| decode(*id).1 == 101), "{ids:?}");
         let e = o.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
         let db = e.as_db_error().expect("a server error");
         assert_eq!(db.code().code(), "08001", "{}", db.message());
         assert!(db.message().starts_with("next_shard_id cannot reach the Citus coordinator at "), "{}", db.message());
         cluster.coordinator.start_process();
+    }
+
+    /// A worker added after a registration has no copy of the registry
+    /// until citus_registry_sync() sends it (before, its next_shard_id of
+    /// the schema's shard goes through the coordinator); a copy older than
+    /// the coordinator's registry never hands out an ID of another shard.
+    #[test]
+    fn a_workers_copy_of_the_registry_is_synced_and_checked() {
+        let mut cluster = Cluster::start("citus_regcopy", 1, &["pg_idgen.max_clock_lead_ms = '1h'"]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "SET citus.enable_schema_based_sharding = on;
+             SELECT shard_schema_create('tenant1', 101);
+             CREATE TABLE tenant1.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('tenant1'), body text);
+             RESET citus.enable_schema_based_sharding;",
+        )
+        .unwrap();
+        let w1 = node_name(&cluster.workers[0]);
+        c.execute("SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')", &[&w1, &(PORT as i32)])
+            .ok();
+        cluster.add_worker();
+        let mut w2 = cluster.workers[1].client();
+        let before: i64 = w2.query_one("SELECT count(*) FROM shard_schemas", &[]).unwrap().get(0);
+        assert_eq!(before, 0, "a worker added later has no copy yet");
+        let id: i64 = w2.query_one("SELECT next_shard_id(101)", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 101, "through the coordinator");
+        let synced: i64 = c.query_one("SELECT citus_registry_sync()", &[]).unwrap().get(0);
+        assert_eq!(synced, 2);
+        let copy: String = w2.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
+        assert_eq!(copy, "tenant1=101");
+        // An ordinary role may neither sync nor write a copy.
+        c.batch_execute("CREATE ROLE plain LOGIN").unwrap();
+        let mut p = cluster.coordinator.client_as("postgres", "plain");
+        assert_eq!(pg_idgen_e2e::sqlstate(p.query_one("SELECT citus_registry_sync()", &[])), "42501");
+        let mut pw = cluster.workers[1].client_as("postgres", "plain");
+        assert_eq!(pg_idgen_e2e::sqlstate(pw.batch_execute("SELECT citus_registry_note('{tenant1}', '{102}')")), "42501");
+
+        // A stale copy (as a registration rolled back after its copy was
+        // sent leaves): shard 102 names tenant1, which the coordinator
+        // registered as 101. next_shard_id(102) through that worker gets
+        // an ID of shard 102 all the same, from the coordinator.
+        w2.batch_execute("SELECT citus_registry_note('{tenant1}', '{102}')").unwrap();
+        for _ in 0..3 {
+            let id: i64 = w2.query_one("SELECT next_shard_id(102)", &[]).unwrap().get(0);
+            assert_eq!(decode(id).1, 102, "an ID of another shard handed out");
+        }
+        let id: i64 = w2.query_one("SELECT next_schema_id('tenant1')", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 101);
     }
 }

@@ -166,8 +166,24 @@ pub fn node_of_group(group: i32) -> Option<Addr> {
     })
 }
 
-/// The schema registered (in this database's registry) for a logical
-/// shard, on the coordinator, where the registry is kept.
+/// Every active primary worker, as Citus lists them.
+pub fn workers() -> Vec<Addr> {
+    catalog::query_text_rows_now(
+        "SELECT n.nodename::text, n.nodeport::text FROM pg_catalog.pg_dist_node n
+          WHERE n.groupid OPERATOR(pg_catalog.<>) 0 AND n.noderole OPERATOR(pg_catalog.=) 'primary' AND n.isactive
+          ORDER BY n.groupid",
+        &[],
+    )
+    .into_iter()
+    .filter_map(|r| match &r[..] {
+        [Some(host), Some(port)] => Some(Addr { host: host.clone(), port: port.parse().ok()? }),
+        _ => None,
+    })
+    .collect()
+}
+
+/// The schema registered for a logical shard: in the registry on the
+/// coordinator, in its copy on a worker (see `registry`).
 pub fn registered_schema(shard: i32) -> Option<String> {
     static REGISTERED: Memo<i32, Option<String>> = BackendLocal::new(None);
     memo(&REGISTERED, shard, || registry_row("r.shard::pg_catalog.text", &shard.to_string()).map(|(name, _)| name))

@@ -32,6 +32,7 @@ mod forwarder;
 mod handover;
 mod libpq;
 mod metadata;
+mod registry;
 
 use std::rc::Rc;
 
@@ -253,9 +254,10 @@ impl Seen {
             // The schema of the shard, where this node knows it: the
             // registry on the coordinator, a worker's own hand-over record.
             seen.schema = match place.group {
-                0 => metadata::registered_schema(index),
+                0 => None,
                 _ => handover::held(index).and_then(|e| catalog::schema_name(pg_sys::Oid::from(e.schema))),
-            };
+            }
+            .or_else(|| metadata::registered_schema(index));
             seen.holder = seen.schema.as_deref().and_then(metadata::holder);
             seen.facts.holder = seen.holder.as_ref().map(|h| h.group);
         }
@@ -307,8 +309,25 @@ fn take_over(call: &Call<'_>, seen: &Seen, place: &metadata::Place, function: &'
     IdError::CitusMovedMeanwhile { function, schema: name.into() }.raise()
 }
 
-/// Sends the call to `node` and returns the ID it minted.
+/// Sends the call to `node` and returns the ID it minted. A worker's copy
+/// of the registry may be older than the coordinator's: an ID of another
+/// shard for `next_shard_id` is not handed out, and the coordinator, which
+/// knows, is asked instead.
 fn send(call: &Call<'_>, seen: &Seen, place: &metadata::Place, node: Node, function: &'static str) -> i64 {
+    let id = send_once(call, seen, place, node, function);
+    match call {
+        Call::Shard(shard) if node == Node::Holder && crate::core::layout::decompose(id).or_raise().shard != shard.index() as i32 => {
+            if place.group == 0 {
+                metadata::forget();
+                IdError::CitusMovedMeanwhile { function, schema: seen.schema.clone().unwrap_or_default() }.raise()
+            }
+            send_once(call, seen, place, Node::Coordinator, function)
+        }
+        _ => id,
+    }
+}
+
+fn send_once(call: &Call<'_>, seen: &Seen, place: &metadata::Place, node: Node, function: &'static str) -> i64 {
     let (addr, key, what) = match node {
         Node::Coordinator => {
             let addr = place.coordinator.clone().unwrap_or_else(|| IdError::CitusNoCoordinator.raise());
@@ -356,6 +375,14 @@ fn refuse(why: Refusal, call: &Call<'_>, seen: &Seen, function: &'static str) ->
 pub fn refuse_on_worker(function: &'static str) {
     if PRELOADED.load(Ordering::Relaxed) && metadata::place().is_some_and(|p| p.group != 0) {
         IdError::CitusWorker(function).raise()
+    }
+}
+
+/// On the coordinator, after a registration: sends the registry to every
+/// worker (see [`registry`]).
+pub fn registered(function: &'static str) {
+    if PRELOADED.load(Ordering::Relaxed) && metadata::place().is_some_and(|p| p.group == 0) {
+        registry::push(function);
     }
 }
 

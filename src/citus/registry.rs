@@ -1,0 +1,77 @@
+//! The registry on every worker. The coordinator keeps the registry of
+//! schemas registered as logical shards; each registration sends a copy of
+//! it to every worker, so that a worker sends `next_shard_id` of a
+//! schema's shard straight to the node holding the schema's data, with the
+//! coordinator off the path. The coordinator's registry is the one that
+//! counts: a worker's copy only says where to send a call, and the node
+//! that mints answers for the schema, whose shard the sender checks.
+
+use pgrx::prelude::*;
+
+use super::{libpq, metadata};
+use crate::catalog;
+use crate::core::layout::Shard;
+use crate::errors::{IdError, OrRaise};
+
+/// On the coordinator: sends its registry to every active worker (as the
+/// extension's owner, in a session of its own); the number of workers.
+/// A worker that cannot be reached fails the call (08001, naming it).
+pub fn push(function: &'static str) -> i64 {
+    let table = catalog::qualified("shard_schema_registry");
+    let rows = catalog::query_text_rows_now(
+        &format!(
+            "SELECT coalesce(pg_catalog.array_agg(r.schema_name::pg_catalog.text ORDER BY r.shard), '{{}}')::pg_catalog.text,
+                    coalesce(pg_catalog.array_agg(r.shard ORDER BY r.shard), '{{}}')::pg_catalog.text
+               FROM {table} r JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.schema_name"
+        ),
+        &[],
+    );
+    let (Some(names), Some(shards)) = rows.into_iter().next().map(|r| (r[0].clone(), r[1].clone())).unwrap_or_default() else {
+        IdError::Internal("the registry read no row".into()).raise()
+    };
+    let sql = format!("SELECT {}($1::pg_catalog.text[], $2::pg_catalog.int4[])", catalog::qualified("citus_registry_note"));
+    let workers = metadata::workers();
+    for addr in &workers {
+        let what = || format!("the Citus worker {}", addr.describe());
+        libpq::call(addr, &sql, &[names.clone(), shards.clone()], function, &what);
+    }
+    workers.len() as i64
+}
+
+/// Sends the coordinator's registry of schemas registered as logical
+/// shards to every Citus worker (each registration does), so that workers
+/// send `next_shard_id` of those shards straight to the node holding the
+/// schema's data. Run after adding a worker.
+#[pg_extern(volatile, parallel_unsafe)]
+fn citus_registry_sync() -> i64 {
+    crate::mark::check_writable("citus_registry_sync");
+    match metadata::place() {
+        Some(p) if p.group == 0 => push("citus_registry_sync"),
+        Some(_) => IdError::CitusWorker("citus_registry_sync").raise(),
+        None => IdError::CitusNotANode("citus_registry_sync").raise(),
+    }
+}
+
+/// On a Citus worker: replaces its copy of the registry with the
+/// coordinator's (schema names and their shards); run by the coordinator.
+#[pg_extern(volatile, parallel_unsafe, strict)]
+fn citus_registry_note(schema_names: Vec<String>, shards: Vec<i32>) {
+    crate::mark::check_writable("citus_registry_note");
+    match metadata::place() {
+        Some(p) if p.group != 0 => {}
+        Some(_) => IdError::CitusOnCoordinator("citus_registry_note").raise(),
+        None => IdError::CitusNotANode("citus_registry_note").raise(),
+    }
+    if schema_names.len() != shards.len() {
+        IdError::Internal("citus_registry_note: as many names as shards are needed".into()).raise()
+    }
+    for &shard in &shards {
+        Shard::new(shard).or_raise();
+    }
+    let table = catalog::qualified("shard_schema_registry");
+    catalog::run(&format!("DELETE FROM {table}"), &[]);
+    catalog::run(
+        &format!("INSERT INTO {table} (schema_name, shard) SELECT n::pg_catalog.name, s FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.int4[])) AS u(n, s)"),
+        &[schema_names.into(), shards.into()],
+    );
+}
