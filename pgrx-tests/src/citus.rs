@@ -138,11 +138,13 @@ pub fn failure(e: &postgres::Error) -> String {
 pub type PerClient = Vec<(Vec<i64>, Vec<String>)>;
 
 /// Runs `op` while each of `clients` inserts one row at a time with
-/// `insert` (given the client's number and the row's, returning the
-/// ID), at most 3,000 rows each. Once `op` returned, a client stops after
-/// more than `after` further attempts, with at least `total` IDs in all.
-/// Returns what `op` returned and, per client, the IDs acknowledged and
-/// the statements that failed.
+/// `insert` (given the client's number and the row's, returning the ID).
+/// Once `op` returned, a client stops after more than `after` further
+/// attempts, with at least `total` IDs in all. Each client makes at most
+/// 20,000 attempts and inserts for at most 300 s before `op` returns; one
+/// that runs out of either before `op` returned fails the test (it did not
+/// insert while the operation ran). Returns what `op` returned and, per
+/// client, the IDs acknowledged and the statements that failed.
 pub fn while_inserting<T>(
     clients: Vec<Client>,
     after: usize,
@@ -151,6 +153,7 @@ pub fn while_inserting<T>(
     op: impl FnOnce() -> T,
 ) -> (T, PerClient) {
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     std::thread::scope(|s| {
         let inserters: Vec<_> = clients
             .into_iter()
@@ -159,26 +162,31 @@ pub fn while_inserting<T>(
                 let (stop, insert) = (&stop, &insert);
                 s.spawn(move || {
                     let (mut ids, mut failed, mut since) = (vec![], vec![], 0);
-                    for n in 0..3000 {
+                    for n in 0..20_000 {
                         if stop.load(std::sync::atomic::Ordering::Relaxed) {
                             since += 1;
                             if since > after && ids.len() >= total {
                                 break;
                             }
+                        } else if std::time::Instant::now() > deadline {
+                            break;
                         }
                         match insert(i, n, &mut c) {
                             Ok(id) => ids.push(id),
                             Err(e) => failed.push(failure(&e)),
                         }
                     }
-                    (ids, failed)
+                    (ids, failed, since)
                 })
             })
             .collect();
         std::thread::sleep(std::time::Duration::from_millis(300));
         let result = op();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        (result, inserters.into_iter().map(|h| h.join().unwrap()).collect())
+        let per_client: Vec<_> = inserters.into_iter().map(|h| h.join().unwrap()).collect();
+        for (i, (ids, _, since)) in per_client.iter().enumerate() {
+            assert!(*since > after, "client {i} stopped inserting ({} IDs) before the operation under test ended", ids.len());
+        }
+        (result, per_client.into_iter().map(|(ids, failed, _)| (ids, failed)).collect())
     })
 }
-

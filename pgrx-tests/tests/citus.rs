@@ -268,7 +268,7 @@ mod citus {
             .unwrap()
             .get(0);
         let target = cluster.workers.iter().map(node_name).find(|n| *n != holder).unwrap();
-        // At least 200 rows per node, at most 3,000.
+        // At least 200 rows per node, and inserting until the move has ended.
         let clients = nodes.iter().map(|n| n.client_as("postgres", "app")).collect();
         let insert = |i: usize, _: i32, a: &mut Client| {
             a.query_one("INSERT INTO tenant1.photos (by_node, body) VALUES ($1, 'y') RETURNING id", &[&(i as i32)]).map(|r| r.get(0))
