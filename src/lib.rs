@@ -20,6 +20,7 @@ mod backend;
 mod catalog;
 mod citus;
 mod clock;
+mod datafiles;
 pub mod core;
 mod epoch;
 mod errors;
@@ -57,6 +58,7 @@ pub extern "C-unwind" fn _PG_init() {
     settings::register(preloading);
     citus::register_settings();
     if preloading {
+        datafiles::move_old_files();
         shared::init(mark::restart_state);
         mark::init();
         planner::init();

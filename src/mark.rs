@@ -23,7 +23,7 @@ use crate::core::layout::{ID_TICKS, MAX_MS};
 use crate::core::uuid_layout::UUID_TICKS;
 use crate::errors::{IdError, OrRaise};
 use crate::shared::{self, DbMark};
-use crate::{catalog, clock, settings};
+use crate::{catalog, clock, datafiles, settings};
 
 /// How far ahead of the values handed out each extension reserves. After a
 /// crash, minting starts up to this far ahead of the clock.
@@ -264,7 +264,7 @@ fn admit(dboid: u32, persisted_ms: i64) {
     raise_floor(persisted_ms);
 }
 
-const HELD_PREFIX: &str = "pg_idgen_held.";
+const HELD_PREFIX: &str = "held.";
 
 /// Holds a database's mark: in shared memory, where every mint checks it,
 /// and in a file, so that a restart holds it again.
@@ -343,7 +343,7 @@ fn check_held_slowly(state: &shared::SharedState) {
             if exists {
                 write_server_file(dboid, mark_ms);
             }
-            let _ = std::fs::remove_file(format!("{HELD_PREFIX}{dboid}"));
+            datafiles::remove(&format!("{HELD_PREFIX}{dboid}"));
             let _ = slot.dboid.compare_exchange(dboid, 0, Ordering::SeqCst, Ordering::SeqCst);
         }
     }
@@ -467,18 +467,17 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     }
 }
 
-/// The data-directory file of a database's reservation.
-const FILE_PREFIX: &str = "pg_idgen_mark.";
+/// The file of a database's reservation, in pg_idgen's directory of the
+/// data directory (see `datafiles`).
+const FILE_PREFIX: &str = "mark.";
 /// The file that keeps the largest reservation of dropped databases
 /// (OID 0 is never a database's).
-const DROPPED_FILE: &str = "pg_idgen_mark.0";
-/// Locked by every writer of the mark and held-mark files.
-const LOCK_FILE: &str = "pg_idgen_mark.lock";
+const DROPPED_FILE: &str = "mark.0";
 
 /// Also keeps the reservation in the data directory, one file per database,
-/// written anew and renamed into place, synced: after a restart or a crash
-/// every generator starts above every database's reservation, whichever
-/// database mints first. (Standbys rely on the sequences, which replicate.)
+/// written durably: after a restart or a crash every generator starts above
+/// every database's reservation, whichever database mints first. (Standbys
+/// rely on the sequences, which replicate.)
 fn write_server_file(dboid: u32, target_ms: i64) {
     write_file(&format!("{FILE_PREFIX}{dboid}"), target_ms)
 }
@@ -488,32 +487,20 @@ fn filed_ms(dboid: u32) -> i64 {
     read_file(&format!("{FILE_PREFIX}{dboid}"))
 }
 
-fn read_file(path: &str) -> i64 {
-    std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
+fn parse(text: Option<String>) -> i64 {
+    text.and_then(|t| t.trim().parse().ok()).unwrap_or(0)
+}
+
+fn read_file(name: &str) -> i64 {
+    parse(datafiles::read(name))
 }
 
 /// Raises the value a file holds to `target_ms` (a lower one is left as it
-/// is): written anew under a name of this process's, synced and renamed into
-/// place, under a lock on `pg_idgen_mark.lock` that every writer of these
-/// files takes, so that writers (a database's extensions, the release of a
-/// held mark, another database's session) neither clash nor lower a value.
-fn write_file(path: &str, target_ms: i64) {
-    let written = (|| -> std::io::Result<()> {
-        let lock = std::fs::File::options().create(true).truncate(false).write(true).open(LOCK_FILE)?;
-        lock.lock()?;
-        if read_file(path) >= target_ms {
-            return Ok(());
-        }
-        let tmp = format!("{path}.tmp{}", std::process::id());
-        std::fs::write(&tmp, target_ms.to_string())?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(".")?.sync_all()
-        // The lock is released when `lock` is dropped.
-    })();
-    if let Err(e) = written {
-        IdError::Internal(format!("could not write file \"{path}\": {e}")).raise()
-    }
+/// is), under the lock every writer of pg_idgen's files takes, so that
+/// writers (a database's extensions, the release of a held mark, another
+/// database's session) neither clash nor lower a value.
+fn write_file(name: &str, target_ms: i64) {
+    datafiles::update(name, |now| (parse(now) < target_ms).then(|| target_ms.to_string()));
 }
 
 /// The mark files of the data directory: (database OID, reservation in Unix
@@ -522,14 +509,11 @@ fn mark_files() -> Vec<(u32, i64)> {
     files(FILE_PREFIX)
 }
 
-/// The files of the data directory named `prefix` and a database OID, with their values.
+/// The files named `prefix` and a database OID, with their values.
 fn files(prefix: &str) -> Vec<(u32, i64)> {
-    std::fs::read_dir(".")
+    datafiles::named(prefix)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().strip_prefix(prefix)?.parse::<u32>().ok())
-        .map(|oid| (oid, read_file(&format!("{prefix}{oid}"))))
+        .filter_map(|(name, oid)| Some((oid.parse::<u32>().ok()?, read_file(&name))))
         .collect()
 }
 
@@ -553,7 +537,7 @@ pub fn fold_files_of_dropped_databases() {
         write_file(DROPPED_FILE, largest);
     }
     for oid in dropped {
-        let _ = std::fs::remove_file(format!("{FILE_PREFIX}{oid}"));
+        datafiles::remove(&format!("{FILE_PREFIX}{oid}"));
     }
 }
 

@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 
 use crate::core::generator::{Minted, TickFormat};
+use crate::datafiles::LOCK as FILES_LOCK;
 use crate::core::layout::MAX_SHARD;
 use crate::errors::{IdError, LoaderState};
 
@@ -268,6 +269,7 @@ static mut PREV_SHMEM_STARTUP: Option<unsafe extern "C-unwind" fn()> = None;
 pub fn init(start: fn() -> Start) {
     let _ = START.set(start);
     pg_shmem_init!(STATE = SharedState::new(start_state()));
+    pg_shmem_init!(FILES_LOCK);
     // SAFETY: hooks are chained in the postmaster while preloading, before
     // any other process exists.
     unsafe {

@@ -27,6 +27,21 @@ mod citus {
         forwarded(&mut server.client())
     }
 
+    /// The most sessions other nodes opened on `server` at once, sampled
+    /// every 20 ms while `busy` (at most 2 minutes).
+    fn most_forwarded_while(server: &Server, busy: &AtomicBool) -> i64 {
+        let mut c = server.client();
+        let mut most = 0;
+        for _ in 0..6000 {
+            if !busy.load(Ordering::Relaxed) {
+                break;
+            }
+            most = most.max(forwarded(&mut c));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        most
+    }
+
     /// Opens ordinary sessions of role `app` on `server` until it refuses one
     /// (53300), at most 30; then, once only they are connected, fills what
     /// sessions that were ending had held.
@@ -184,18 +199,7 @@ mod citus {
                     })
                 })
                 .collect();
-            let sampler = s.spawn(|| {
-                let mut cs = cluster.coordinator.client();
-                let mut most = 0;
-                for _ in 0..2000 {
-                    if !busy.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    most = most.max(forwarded(&mut cs));
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                most
-            });
+            let sampler = s.spawn(|| most_forwarded_while(&cluster.coordinator, &busy));
             for m in minters {
                 m.join().unwrap();
             }
@@ -435,18 +439,7 @@ mod citus {
                 .map(|_| s.spawn(|| cluster.coordinator.client().execute(INSERT_SELECT, &[]).map_err(|e| failure(&e))))
                 .collect();
             // The coordinator's sessions opened by the worker's forwarder, the most seen at once.
-            let sampler = s.spawn(|| {
-                let mut cs = cluster.coordinator.client();
-                let mut most = 0;
-                for _ in 0..6000 {
-                    if !busy.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    most = most.max(forwarded(&mut cs));
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                most
-            });
+            let sampler = s.spawn(|| most_forwarded_while(&cluster.coordinator, &busy));
             let results = statements.into_iter().map(|h| h.join().unwrap()).collect();
             busy.store(false, Ordering::Relaxed);
             (results, sampler.join().unwrap())

@@ -165,13 +165,9 @@ mod citus {
         assert_eq!(n, 0, "a refused registration left its schema");
     }
 
-    /// The coordinator stopped: through the worker that does not hold a
-    /// schema, next_schema_id of it and next_shard_id of its shard go
-    /// straight to the holder; the coordinator's own shards refuse with
-    /// 08001 naming it.
-    #[test]
-    fn a_schemas_shard_through_the_other_worker_needs_no_coordinator() {
-        let mut cluster = Cluster::start("citus_onehop", 2, &["pg_idgen.max_clock_lead_ms = '1h'"]);
+    /// Creates distributed schema `tenant1`, registered as shard 101, with a
+    /// table keyed by next_schema_id; returns the node holding it.
+    fn make_tenant(cluster: &Cluster) -> String {
         let mut c = cluster.coordinator.client();
         c.batch_execute(
             "SET citus.enable_schema_based_sharding = on;
@@ -180,8 +176,17 @@ mod citus {
              RESET citus.enable_schema_based_sharding;",
         )
         .unwrap();
-        let holder: String =
-            c.query_one("SELECT nodename FROM citus_shards WHERE table_name = 'tenant1.photos'::regclass", &[]).unwrap().get(0);
+        c.query_one("SELECT nodename FROM citus_shards WHERE table_name = 'tenant1.photos'::regclass", &[]).unwrap().get(0)
+    }
+
+    /// The coordinator stopped: through the worker that does not hold a
+    /// schema, next_schema_id of it and next_shard_id of its shard go
+    /// straight to the holder; the coordinator's own shards refuse with
+    /// 08001 naming it.
+    #[test]
+    fn a_schemas_shard_through_the_other_worker_needs_no_coordinator() {
+        let mut cluster = Cluster::start("citus_onehop", 2, &["pg_idgen.max_clock_lead_ms = '1h'"]);
+        let holder = make_tenant(&cluster);
         let (h, other) = if node_name(&cluster.workers[0]) == holder { (0, 1) } else { (1, 0) };
         // The holder takes the shard over once, while the coordinator is up.
         let first: i64 = cluster.workers[h].client().query_one("INSERT INTO tenant1.photos (body) VALUES ('h') RETURNING id", &[]).unwrap().get(0);
@@ -218,17 +223,8 @@ mod citus {
     #[test]
     fn a_workers_copy_of_the_registry_is_synced_and_checked() {
         let mut cluster = Cluster::start("citus_regcopy", 1, &["pg_idgen.max_clock_lead_ms = '1h'"]);
+        assert_eq!(make_tenant(&cluster), node_name(&cluster.workers[0]), "the only worker holds tenant1");
         let mut c = cluster.coordinator.client();
-        c.batch_execute(
-            "SET citus.enable_schema_based_sharding = on;
-             SELECT shard_schema_create('tenant1', 101);
-             CREATE TABLE tenant1.photos (id bigint PRIMARY KEY DEFAULT next_schema_id('tenant1'), body text);
-             RESET citus.enable_schema_based_sharding;",
-        )
-        .unwrap();
-        let w1 = node_name(&cluster.workers[0]);
-        c.execute("SELECT citus_schema_move('tenant1', $1, $2, shard_transfer_mode => 'force_logical')", &[&w1, &(PORT as i32)])
-            .ok();
         cluster.add_worker();
         let mut w2 = cluster.workers[1].client();
         let before: i64 = w2.query_one("SELECT count(*) FROM shard_schemas", &[]).unwrap().get(0);

@@ -323,3 +323,58 @@ fn a_database_past_max_databases_does_not_repeat_ids_after_a_promotion() {
     let again: i64 = standby.client_db("b").query_one("SELECT next_shard_id(3)", &[]).unwrap().get(0);
     assert!(again > first, "after the promoted server restarted: {again} not above {first}");
 }
+
+/// The files of pg_idgen 0.10.0 and before lie in the data directory's
+/// root (`pg_idgen_mark.<database OID>`, lock files, what a crash left
+/// written aside): the first start of this release moves them into
+/// `pg_idgen/` and starts above the marks they hold, and none is left.
+#[test]
+fn the_files_of_an_earlier_release_are_moved_and_their_marks_kept() {
+    let mut server = Server::start("oldfiles", &[LONG_LEAD]);
+    let mut c = server.client();
+    setup(&mut c);
+    mint(&mut c, 1, 1_000, None);
+    drop(c);
+    server.stop("fast");
+    let data = std::path::PathBuf::from(server.data());
+    let dir = data.join("pg_idgen");
+    let ahead_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64 + 20 * 60_000;
+    let mut moved = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(oid) = name.strip_prefix("mark.") {
+            // As 0.10.0 left it, holding a mark 20 minutes ahead.
+            std::fs::remove_file(entry.path()).unwrap();
+            std::fs::write(data.join(format!("pg_idgen_mark.{oid}")), ahead_ms.to_string()).unwrap();
+            moved += 1;
+        }
+    }
+    assert!(moved >= 1, "no mark file in {}", dir.display());
+    for leftover in ["pg_idgen_mark.lock", "pg_idgen_citus.lock", "pg_idgen_mark.5.tmp4242"] {
+        std::fs::write(data.join(leftover), "0").unwrap();
+    }
+    std::fs::write(dir.join("mark.9.tmp4243"), "0").unwrap();
+    let owner = std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(&data).status().unwrap();
+    assert!(owner.success());
+
+    server.start_process();
+    let mut c = server.client();
+    let ts_ms: i64 = c.query_one("SELECT (extract(epoch FROM id_ts(next_shard_id(3))) * 1000)::bigint", &[]).unwrap().get(0);
+    assert!(ts_ms > ahead_ms, "minted at {ts_ms}, not above the moved mark {ahead_ms}");
+    let root: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pg_idgen_"))
+        .collect();
+    assert!(root.is_empty(), "left in the root: {root:?}");
+    let in_dir: Vec<String> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(in_dir.iter().all(|n| !n.contains(".tmp")), "left written aside: {in_dir:?}");
+    let marks: Vec<i64> = in_dir
+        .iter()
+        .filter(|n| n.starts_with("mark.") && n != &"mark.0")
+        .map(|n| std::fs::read_to_string(dir.join(n)).unwrap().trim().parse().unwrap())
+        .collect();
+    assert_eq!(marks.len(), moved, "{in_dir:?}");
+    assert!(marks.iter().all(|ms| *ms >= ahead_ms), "{marks:?}");
+}

@@ -68,9 +68,9 @@ fn a_createdb_role_making_many_databases_stops_no_one() {
     assert!(after > before, "after a crash: {after} above {before}");
     let data = std::path::Path::new(&s.data()).to_path_buf();
     eventually(20, "the loader folds the mark file of the dropped database", || {
-        !data.join(format!("pg_idgen_mark.{dropped_oid}")).exists()
+        !data.join(format!("pg_idgen/mark.{dropped_oid}")).exists()
     });
-    assert!(data.join("pg_idgen_mark.0").exists(), "dropped databases' largest reservation is kept");
+    assert!(data.join("pg_idgen/mark.0").exists(), "dropped databases' largest reservation is kept");
 }
 
 #[test]

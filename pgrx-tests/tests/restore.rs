@@ -225,15 +225,26 @@ fn a_mark_restored_far_ahead_is_held_until_its_database_is_dropped() {
     b.restart();
     b.client().batch_execute("INSERT INTO mine SELECT FROM generate_series(1, 1000); SELECT uuid_v7()").unwrap();
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    for entry in std::fs::read_dir(b.data()).unwrap().flatten() {
+    let dir = std::path::Path::new(&b.data()).join("pg_idgen");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        assert!(!name.starts_with("pg_idgen_held."), "{name} is left after its database was dropped");
-        // The mark files are pg_idgen_mark.<database OID> (beside a lock file).
-        if name.strip_prefix("pg_idgen_mark.").is_some_and(|oid| oid.parse::<u32>().is_ok()) {
+        assert!(!name.starts_with("held."), "{name} is left after its database was dropped");
+        // The mark files are pg_idgen/mark.<database OID>.
+        if name.strip_prefix("mark.").is_some_and(|oid| oid.parse::<u32>().is_ok()) {
             let ms: i64 = std::fs::read_to_string(entry.path()).unwrap().trim().parse().unwrap();
             assert!(ms < now_ms + 60_000, "{name} holds {ms}, {} ms ahead", ms - now_ms);
+            checked += 1;
         }
     }
+    assert!(checked >= 1, "no mark file in {}", dir.display());
+    let old: Vec<String> = std::fs::read_dir(b.data())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pg_idgen_"))
+        .collect();
+    assert!(old.is_empty(), "files of pg_idgen in the data directory's root: {old:?}");
 }
 
 /// A mark restored past the lead bound (a source 30 s ahead, the default

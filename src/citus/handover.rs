@@ -15,7 +15,7 @@
 //! above both that ID and the one the previous holder was given (which it
 //! may never have applied), and answers. The new holder then raises its
 //! generator above that ID and files, in its data directory, that it took
-//! the shard in that hand-over (`pg_idgen_citus.<database OID>`), so that it
+//! the shard in that hand-over (`pg_idgen/citus.<database OID>`), so that it
 //! goes on minting it after a restart, with the coordinator down too.
 //!
 //! A release leaves its hand-over's number in the released node's file, and
@@ -33,7 +33,7 @@ use super::metadata;
 use crate::backend::BackendLocal;
 use crate::core::layout::Shard;
 use crate::errors::{IdError, OrRaise};
-use crate::{catalog, fleet};
+use crate::{catalog, datafiles, fleet};
 
 extension_sql_file!("../../sql/citus.sql", name = "citus", requires = [catalog::pg_idgen_table_changed]);
 
@@ -49,12 +49,11 @@ pub struct Entry {
     pub schema: u32,
 }
 
-const FILE_PREFIX: &str = "pg_idgen_citus.";
-const LOCK_FILE: &str = "pg_idgen_citus.lock";
-
-fn path() -> String {
+/// The file of a database's hand-overs, in pg_idgen's directory of the
+/// data directory (see `datafiles`).
+fn name() -> String {
     // SAFETY: MyDatabaseId is set once a backend has connected.
-    format!("{FILE_PREFIX}{}", unsafe { pg_sys::MyDatabaseId }.to_u32())
+    format!("citus.{}", unsafe { pg_sys::MyDatabaseId }.to_u32())
 }
 
 fn parse(text: &str) -> Vec<Entry> {
@@ -74,30 +73,19 @@ fn parse(text: &str) -> Vec<Entry> {
 
 /// The file as it is now.
 fn read() -> Vec<Entry> {
-    std::fs::read_to_string(path()).map(|t| parse(&t)).unwrap_or_default()
+    datafiles::read(&name()).map(|t| parse(&t)).unwrap_or_default()
 }
 
-/// Sets the file's entry for `entry.shard`, under a lock every writer
-/// takes: written anew under a name of this process's, synced and renamed
-/// into place.
+/// Sets the file's entry for `entry.shard`, under the lock every writer of
+/// pg_idgen's files takes.
 fn write(entry: Entry) {
-    let path = path();
-    let written = (|| -> std::io::Result<()> {
-        let lock = std::fs::File::options().create(true).truncate(false).write(true).open(LOCK_FILE)?;
-        lock.lock()?;
-        let mut entries = read();
+    datafiles::update(&name(), |now| {
+        let mut entries = now.map(|t| parse(&t)).unwrap_or_default();
         entries.retain(|e| e.shard != entry.shard);
         entries.push(entry);
         let line = |e: &Entry| format!("{} {} {} {} {}\n", e.shard, e.handover, if e.held { "held" } else { "released" }, e.after, e.schema);
-        let tmp = format!("{path}.tmp{}", std::process::id());
-        std::fs::write(&tmp, entries.iter().map(line).collect::<String>())?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(".")?.sync_all()
-    })();
-    if let Err(e) = written {
-        IdError::Internal(format!("could not write file \"{path}\": {e}")).raise()
-    }
+        Some(entries.iter().map(line).collect())
+    });
     forget();
 }
 

@@ -36,13 +36,13 @@ use crate::core::generator::{self, RETIRED};
 use crate::core::layout::{ID_TICKS, MAX_SHARD};
 use crate::core::lease::{self as rules, Leader, Seen};
 use crate::errors::{LeaseWhy, OrRaise};
-use crate::{settings, shared};
+use crate::{datafiles, settings, shared};
 
 /// The shards held before a restart, asked for first after it.
-const PREFERRED_FILE: &str = "pg_idgen/leased_shards";
+const PREFERRED_FILE: &str = "leased_shards";
 /// The etcd cluster this data directory leases from, once known: an answer
 /// from another (a wrong address listed, a rebuilt etcd) is refused.
-const CLUSTER_FILE: &str = "pg_idgen/lease_cluster";
+const CLUSTER_FILE: &str = "lease_cluster";
 /// How soon a failed round is tried again.
 const RETRY: Duration = Duration::from_millis(500);
 /// Shards whose marks one transaction files (a compare and a put each;
@@ -149,7 +149,7 @@ impl Keeper {
         };
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
         let description = format!("{host}:{port} postmaster {pid} data {data}");
-        let preferred: Vec<u16> = std::fs::read_to_string(PREFERRED_FILE)
+        let preferred: Vec<u16> = datafiles::read(PREFERRED_FILE)
             .unwrap_or_default()
             .split_whitespace()
             .filter_map(|w| w.parse().ok())
@@ -228,10 +228,10 @@ impl Keeper {
 
     fn try_round(&mut self) -> Result<(), String> {
         if !self.one_cluster {
-            let pinned = std::fs::read_to_string(CLUSTER_FILE).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+            let pinned = datafiles::read(CLUSTER_FILE).map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
             let cluster = self.store.check_one_cluster(pinned.as_deref())?;
             if pinned.is_none() {
-                write_file(CLUSTER_FILE, &cluster).map_err(|e| format!("{CLUSTER_FILE}: {e}"))?;
+                datafiles::try_write(CLUSTER_FILE, &cluster)?;
             }
             self.one_cluster = true;
         }
@@ -524,10 +524,10 @@ impl Keeper {
         self.lease = None;
     }
 
-    /// A hint for the next start: not written durably, and a failure to write it is ignored.
+    /// A hint for the next start: a failure to write it is ignored.
     fn write_preferred(&self) {
         let text: Vec<String> = self.held.keys().map(u16::to_string).collect();
-        let _ = write_file(PREFERRED_FILE, &text.join(" "));
+        let _ = datafiles::try_write(PREFERRED_FILE, &text.join(" "));
     }
 
     /// Stops minting the held shards, files their exact marks and gives
@@ -604,11 +604,3 @@ fn listed<'a>(shards: impl Iterator<Item = &'a u16>) -> String {
     }
 }
 
-/// Writes a file of the keeper's in the extension's directory of the data
-/// directory, whole or not at all (written aside, then renamed into place).
-fn write_file(path: &str, text: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all("pg_idgen")?;
-    let tmp = format!("{path}.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
-}
