@@ -88,6 +88,8 @@ pub enum IdError {
     MarkPastRange { database: String, mark_ms: i64, last: String },
     /// `id_interval` of an interval that spans no fixed, positive number of milliseconds.
     BadInterval(&'static str),
+    /// An argument a function cannot take (`why`).
+    BadArgument { function: &'static str, why: &'static str },
     NotPreloaded,
     /// A function of the library called where the extension is not (fully) installed.
     NotInstalled,
@@ -232,7 +234,7 @@ impl IdError {
             ShardNotOwned(_) | ShardReleased(_) | ShardWasReleased(_) | AlreadyOwned(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
-            ShardRangeInvalid { .. } | ForeignId { .. } | BadInterval(_) => ERRCODE_INVALID_PARAMETER_VALUE,
+            ShardRangeInvalid { .. } | ForeignId { .. } | BadInterval(_) | BadArgument { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardsOverlap { .. } => ERRCODE_UNIQUE_VIOLATION,
             ReadOnly(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             InvalidEpoch(_) | PublicKeyInvalid | InvalidSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
@@ -322,6 +324,7 @@ impl IdError {
                      then reload) lets it mint that far ahead at once; dropping database \"{database}\" (an edited dump) releases it."
                 )),
             ),
+            BadArgument { function, why } => (format!("invalid argument to {function}: {why}"), None, None),
             BadInterval(why) => (
                 format!("invalid interval for IDs: {why}"),
                 None,

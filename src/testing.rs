@@ -107,6 +107,8 @@ mod tests {
                 "'0179e584-b4eb-7000-8000-000000000000'",
                 "gen_random_uuid()",
             ],
+            "text[]" => &["NULL", "'{}'", "ARRAY['a', NULL]", "ARRAY[repeat('Z', 100)]", "ARRAY['']"],
+            "integer[]" => &["NULL", "'{}'", "'{8192}'", "'{-1,NULL}'", "'{1,2}'"],
             other => panic!("no test values for argument type {other}"),
         }
     }

@@ -55,15 +55,27 @@ fn citus_registry_sync() -> i64 {
 /// On a Citus worker: replaces its copy of the registry with the
 /// coordinator's (schema names and their shards); run by the coordinator.
 #[pg_extern(volatile, parallel_unsafe, strict)]
-fn citus_registry_note(schema_names: Vec<String>, shards: Vec<i32>) {
-    crate::mark::check_writable("citus_registry_note");
+fn citus_registry_note(schema_names: Vec<Option<String>>, shards: Vec<Option<i32>>) {
+    const F: &str = "citus_registry_note";
+    crate::mark::check_writable(F);
     match metadata::place() {
         Some(p) if p.group != 0 => {}
-        Some(_) => IdError::CitusOnCoordinator("citus_registry_note").raise(),
-        None => IdError::CitusNotANode("citus_registry_note").raise(),
+        Some(_) => IdError::CitusOnCoordinator(F).raise(),
+        None => IdError::CitusNotANode(F).raise(),
     }
     if schema_names.len() != shards.len() {
-        IdError::Internal("citus_registry_note: as many names as shards are needed".into()).raise()
+        IdError::BadArgument { function: F, why: "as many schema names as shards are needed" }.raise()
+    }
+    let Some(names) = schema_names.into_iter().collect::<Option<Vec<String>>>() else {
+        IdError::BadArgument { function: F, why: "a schema name is NULL" }.raise()
+    };
+    let Some(shards) = shards.into_iter().collect::<Option<Vec<i32>>>() else {
+        IdError::BadArgument { function: F, why: "a shard is NULL" }.raise()
+    };
+    for name in &names {
+        if name.is_empty() || name.len() >= pg_sys::NAMEDATALEN as usize {
+            IdError::SchemaNameInvalid(name.clone()).raise()
+        }
     }
     for &shard in &shards {
         Shard::new(shard).or_raise();
@@ -72,6 +84,6 @@ fn citus_registry_note(schema_names: Vec<String>, shards: Vec<i32>) {
     catalog::run(&format!("DELETE FROM {table}"), &[]);
     catalog::run(
         &format!("INSERT INTO {table} (schema_name, shard) SELECT n::pg_catalog.name, s FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.int4[])) AS u(n, s)"),
-        &[schema_names.into(), shards.into()],
+        &[names.into(), shards.into()],
     );
 }
