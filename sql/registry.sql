@@ -31,6 +31,14 @@ CREATE TRIGGER shard_schema_registry_changed
 CREATE FUNCTION shard_schema_registry_keyed() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- On a Citus cluster shards 7168 to 8191 are the node groups' own
+    -- (next_node_id): no schema is registered there, by any path.
+    IF NEW.shard OPERATOR(pg_catalog.>=) 7168
+       AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'shard % is the own shard of Citus node group %', NEW.shard, 8191 OPERATOR(pg_catalog.-) NEW.shard
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Register the schema with a lower shard.';
+    END IF;
     NEW.schema_oid := (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) NEW.schema_name);
     IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
         DELETE FROM @extschema@.shard_schema_registry r

@@ -173,6 +173,8 @@ pub enum IdError {
     CitusGroupWithoutShard { group: i32, groups: i32 },
     /// A node group's own shard, where Citus lists no node in that group.
     CitusNoNodeInGroup { function: &'static str, shard: i32, group: i32 },
+    /// `next_node_id()` on a node in no Citus cluster's metadata.
+    CitusNotInCluster(&'static str),
     /// Registering a schema at a shard a Citus node group mints with `next_node_id()`.
     CitusNodeShard { shard: i32, group: i32 },
     /// A schema's data moved again while this node took its shard over.
@@ -259,7 +261,7 @@ impl IdError {
             CitusNoCoordinator | CitusWorker(_) | CitusForwardedToWorker(_) | CitusForwardedTwice { .. } | CitusMovedMeanwhile { .. } => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
-            CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } | CitusNoNodeInGroup { .. } => {
+            CitusNotANode(_) | CitusOnCoordinator(_) | CitusStillHolds { .. } | CitusNoNodeInGroup { .. } | CitusNotInCluster(_) => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
             CitusGroupWithoutShard { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -554,7 +556,7 @@ impl IdError {
                 Some("On the coordinator, run SELECT citus_set_coordinator_host('<host>', <port>) with the coordinator's own address; a client must use another application_name.".into()),
             ),
             CitusForwardedTwice { function, what } => (
-                format!("{function} for {what} was forwarded twice without reaching the node that mints it"),
+                format!("{function} for {what} was sent to a node that does not mint it"),
                 Some("The nodes' metadata disagree on where the data is, as for a moment while it moves.".into()),
                 Some("Retry the statement.".into()),
             ),
@@ -564,9 +566,14 @@ impl IdError {
                 Some("On this node, key the table with next_shard_id() or next_schema_id() instead.".into()),
             ),
             CitusNoNodeInGroup { function, shard, group } => (
-                format!("{function}({shard}) names the own shard of Citus node group {group}, which has no node"),
-                Some("A node group's own shard is minted only by the node of that group; a group removed from the cluster never mints again.".into()),
-                None,
+                format!("{function}({shard}) names the own shard of Citus node group {group}, which lists no node"),
+                Some(format!("On a Citus cluster, shards 7168 to 8191 are the node groups' own, each minted only by the node of its group; Citus lists no node in group {group} here (not added yet, or removed: a removed group never mints again).")),
+                Some("Key tables minted by next_shard_id with a shard below 7168.".into()),
+            ),
+            CitusNotInCluster(f) => (
+                format!("{f} must run on a node of a Citus cluster"),
+                Some("This node's Citus metadata lists no node: it was never added to a cluster, or its metadata was cleared (it then says node group 0, the coordinator's, too).".into()),
+                Some("On a coordinator, run SELECT citus_set_coordinator_host('<host>', <port>); add a worker with citus_add_node on the coordinator.".into()),
             ),
             CitusNodeShard { shard, group } => (
                 format!("shard {shard} is the own shard of Citus node group {group}"),

@@ -108,7 +108,7 @@ mod citus {
         let gone = cluster.workers[1].client().query_one("SELECT next_shard_id($1::int)", &[&(own_shard(third) as i32)]).unwrap_err();
         let db = gone.as_db_error().expect("a server error");
         assert_eq!(db.code().code(), "55000", "{}", db.message());
-        assert!(db.message().contains(&format!("own shard of Citus node group {third}, which has no node")), "{}", db.message());
+        assert!(db.message().contains(&format!("own shard of Citus node group {third}, which lists no node")), "{}", db.message());
         c.execute("SELECT citus_add_node($1, $2)", &[&name, &(PORT as i32)]).unwrap();
         let again: i32 = cluster.workers[2].client().query_one("SELECT groupid FROM pg_dist_local_group", &[]).unwrap().get(0);
         assert_ne!(again, third, "re-added as the same group");
@@ -253,5 +253,68 @@ mod citus {
         }
         let id: i64 = w2.query_one("SELECT next_schema_id('tenant1')", &[]).unwrap().get(0);
         assert_eq!(decode(id).1, 101);
+    }
+
+    /// No schema is ever minted at a node group's shard: a role allowed to
+    /// register (INSERT on the registry) cannot write one by hand, and a row
+    /// there nonetheless (restored, or registered before 0.11.0) is refused
+    /// through the coordinator and on the node holding the schema, while
+    /// the group's own node goes on minting its shard.
+    #[test]
+    fn a_schema_at_a_node_groups_shard_is_refused_by_every_path() {
+        let cluster = Cluster::start("citus_nodeshard_row", 2, &["pg_idgen.max_clock_lead_ms = '1h'"]);
+        let mut c = cluster.coordinator.client();
+        c.batch_execute(
+            "CREATE ROLE registrar LOGIN;
+             GRANT INSERT ON shard_schema_registry TO registrar;
+             SET citus.enable_schema_based_sharding = on;
+             CREATE SCHEMA sx;
+             CREATE TABLE sx.t (id bigint PRIMARY KEY DEFAULT next_schema_id('sx'), body text);
+             RESET citus.enable_schema_based_sharding;",
+        )
+        .unwrap();
+        let mut r = cluster.coordinator.client_as("postgres", "registrar");
+        let e = r.batch_execute("INSERT INTO shard_schema_registry (schema_name, shard) VALUES ('sx', 8190)").unwrap_err();
+        let db = e.as_db_error().expect("a server error");
+        assert_eq!((db.code().code(), db.message()), ("22023", "shard 8190 is the own shard of Citus node group 1"));
+        // The row nonetheless, as a restore with triggers disabled leaves it.
+        c.batch_execute(
+            "SET session_replication_role = replica;
+             INSERT INTO shard_schema_registry (schema_name, shard) VALUES ('sx', 8190);
+             RESET session_replication_role;",
+        )
+        .unwrap();
+        let holder: String = c.query_one("SELECT nodename FROM citus_shards WHERE table_name = 'sx.t'::regclass", &[]).unwrap().get(0);
+        let h = cluster.workers.iter().position(|w| node_name(w) == holder).expect("a worker holds sx");
+        for (what, server) in [("the coordinator", &cluster.coordinator), ("the holder", &cluster.workers[h])] {
+            let e = server.client().query_one("INSERT INTO sx.t (body) VALUES ('x') RETURNING id", &[]).unwrap_err();
+            let db = e.as_db_error().unwrap_or_else(|| panic!("through {what}: {e}"));
+            assert_eq!(db.code().code(), "22023", "through {what}: {}", db.message());
+            assert_eq!(db.message(), "shard 8190 is the own shard of Citus node group 1", "through {what}");
+        }
+        let group_1 = cluster.workers.iter().find(|w| group_of(w) == 1).expect("a worker of group 1");
+        let id: i64 = group_1.client().query_one("SELECT next_node_id()", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 8190);
+    }
+
+    /// A worker whose Citus metadata was cleared says node group 0, the
+    /// coordinator's: next_node_id() there refuses rather than mint the
+    /// coordinator's shard.
+    #[test]
+    fn a_worker_without_metadata_does_not_mint_the_coordinators_shard() {
+        let cluster = Cluster::start("citus_nodeid_nometa", 1, &[]);
+        let w = &cluster.workers[0];
+        cluster
+            .coordinator
+            .client()
+            .execute("SELECT stop_metadata_sync_to_node($1, $2, clear_metadata => true)", &[&node_name(w), &(PORT as i32)])
+            .unwrap();
+        let group: i32 = w.client().query_one("SELECT groupid FROM pg_dist_local_group", &[]).unwrap().get(0);
+        assert_eq!(group, 0, "the cleared worker no longer says group 0: this test tests less");
+        let e = w.client().query_one("SELECT next_node_id()", &[]).unwrap_err();
+        let db = e.as_db_error().expect("a server error");
+        assert_eq!((db.code().code(), db.message()), ("55000", "next_node_id must run on a node of a Citus cluster"));
+        let id: i64 = cluster.coordinator.client().query_one("SELECT next_node_id()", &[]).unwrap().get(0);
+        assert_eq!(decode(id).1, 8191);
     }
 }

@@ -207,6 +207,10 @@ pub fn take(schema: &str, renew: Option<i64>) -> Taken {
         None if catalog::schema_oid(schema).is_none() => IdError::SchemaMissing(schema.into()).raise(),
         None => IdError::SchemaNotRegistered(schema.into()).raise(),
     };
+    // A node group's own shard is never handed to a schema's holder.
+    if let (Some(group), true) = (crate::core::route::node_group_of(shard.index() as i32), metadata::node_shards()) {
+        IdError::CitusNodeShard { shard: shard.index() as i32, group }.raise()
+    }
     hand_over(shard, metadata::look_up_holder(schema), renew)
 }
 

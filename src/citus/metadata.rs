@@ -34,6 +34,10 @@ pub struct Place {
     /// The coordinator (on the coordinator itself, as the others reach it,
     /// if its own entry is there).
     pub coordinator: Option<Addr>,
+    /// Citus lists an active node here: with group 0, Citus's own test of
+    /// a coordinator (a node never added, or whose metadata was cleared,
+    /// says group 0 too).
+    pub in_cluster: bool,
 }
 
 /// Where a distributed schema's data is: the node group holding its
@@ -84,7 +88,8 @@ fn look_up_place() -> Option<Place> {
         return None;
     }
     let rows = catalog::query_text_rows_now(
-        "SELECT l.groupid::text, n.nodename::text, n.nodeport::text
+        "SELECT l.groupid::text, n.nodename::text, n.nodeport::text,
+                EXISTS (SELECT FROM pg_catalog.pg_dist_node a WHERE a.isactive)::text
             FROM pg_catalog.pg_dist_local_group l
             LEFT JOIN pg_catalog.pg_dist_node n ON n.groupid = 0 AND n.noderole = 'primary'",
         &[],
@@ -96,7 +101,18 @@ fn look_up_place() -> Option<Place> {
         _ if group == 0 => None,
         _ => IdError::CitusNoCoordinator.raise(),
     };
-    Some(Place { group, coordinator })
+    Some(Place { group, coordinator, in_cluster: row[3].as_deref() == Some("true") })
+}
+
+/// Whether node groups mint shards of their own here: the extension's
+/// objects in this database are of 0.11.0 or later (updated once every
+/// node runs the new library). Kept until the next invalidation.
+pub fn node_shards() -> bool {
+    static UPDATED: Memo<(), bool> = BackendLocal::new(None);
+    memo(&UPDATED, (), || {
+        let v: Vec<u32> = catalog::extension_version().split('.').map(|p| p.parse().unwrap_or(0)).collect();
+        v >= vec![0, 11, 0]
+    })
 }
 
 /// Where the data of schema `name` is, if it is a distributed schema with

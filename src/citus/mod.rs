@@ -213,7 +213,14 @@ struct Seen {
 impl Seen {
     fn gather(call: &Call<'_>, place: &metadata::Place, fresh: bool) -> Seen {
         let mut seen = Seen {
-            facts: Facts { group: place.group, hop: libpq::hop(), fresh, ..Facts::default() },
+            facts: Facts {
+                group: place.group,
+                hop: libpq::hop(),
+                fresh,
+                node_shards: metadata::node_shards(),
+                in_cluster: place.in_cluster,
+                ..Facts::default()
+            },
             schema: None,
             holder: None,
             shard: None,
@@ -245,7 +252,10 @@ impl Seen {
             }
         };
         let index = asked.index() as i32;
-        if let (Call::Shard(_), Some(group)) = (call, route::node_group_of(index)) {
+        if let Call::Schema(..) = call {
+            seen.facts.shard = Some(index);
+        }
+        if let (Call::Shard(_), Some(group), true) = (call, route::node_group_of(index), seen.facts.node_shards) {
             seen.facts.group_listed = group == place.group || metadata::node_of_group(group).is_some();
             seen.shard = Some(asked);
             return seen;
@@ -368,6 +378,10 @@ fn refuse(why: Refusal, call: &Call<'_>, seen: &Seen, function: &'static str) ->
         Refusal::WorkerAsCoordinator => IdError::CitusForwardedToWorker(function).raise(),
         Refusal::GroupWithoutShard(group) => IdError::CitusGroupWithoutShard { group, groups: route::NODE_GROUPS }.raise(),
         Refusal::NoNodeInGroup(group) => IdError::CitusNoNodeInGroup { function, shard: shard(), group }.raise(),
+        Refusal::NotInCluster => IdError::CitusNotInCluster(function).raise(),
+        Refusal::SchemaAtNodeShard(shard) => {
+            IdError::CitusNodeShard { shard, group: route::node_group_of(shard).unwrap_or_default() }.raise()
+        }
     }
 }
 

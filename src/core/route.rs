@@ -61,6 +61,18 @@ pub struct Facts {
     pub fresh: bool,
     /// For another group's own shard: whether Citus lists a node in that group.
     pub group_listed: bool,
+    /// For a schema's call, the schema's shard where this node knows it
+    /// (the coordinator's registry, the shard a worker took for it).
+    pub shard: Option<i32>,
+    /// Node groups mint shards of their own: the extension's objects here
+    /// are of a version that has them (0.11.0). Before the update (while a
+    /// cluster's nodes restart onto the new library one by one), shards
+    /// 7168 to 8191 are minted as any other shard, as before.
+    pub node_shards: bool,
+    /// Citus lists at least one active node here (its own test of a
+    /// coordinator, with group 0): false on a node never added, or whose
+    /// metadata was cleared, which also says group 0.
+    pub in_cluster: bool,
 }
 
 /// Where to send a call.
@@ -105,13 +117,19 @@ pub enum Refusal {
     GroupWithoutShard(i32),
     /// Another group's own shard, where Citus lists no node in that group.
     NoNodeInGroup(i32),
+    /// `next_node_id()` on a node in no cluster's metadata (group 0 says nothing then).
+    NotInCluster,
+    /// A schema's shard that is a node group's own (registered before 0.11.0, or written into the registry by hand).
+    SchemaAtNodeShard(i32),
 }
 
 /// Who mints `call`, by what `f` says.
 pub fn decide(call: Call, f: Facts) -> Decision {
+    let node_group = |shard: i32| if f.node_shards { node_group_of(shard) } else { None };
     let shard_of_group = match call {
+        Call::Node if f.group == 0 && !f.in_cluster => return Decision::Refuse(Refusal::NotInCluster),
         Call::Node => return node_shard(f.group).map_or(Decision::Refuse(Refusal::GroupWithoutShard(f.group)), |_| Decision::Here),
-        Call::Shard(shard) => node_group_of(shard),
+        Call::Shard(shard) => node_group(shard),
         Call::Schema => None,
     };
     if let Some(group) = shard_of_group {
@@ -125,6 +143,7 @@ pub fn decide(call: Call, f: Facts) -> Decision {
             Decision::Send(Node::Group(group))
         };
     }
+    let at_node_shard = call == Call::Schema && f.shard.and_then(node_group).is_some();
     match f.holder {
         // The schema's data is on another node: it mints. A call passes
         // one node before it, two where the first did not know the shard's
@@ -133,6 +152,10 @@ pub fn decide(call: Call, f: Facts) -> Decision {
         Some(holder) if holder != f.group => {
             if f.hop > 1 { Decision::Refuse(Refusal::Misrouted) } else { Decision::Send(Node::Holder) }
         }
+        // A schema at a node group's shard is never minted: the coordinator
+        // refuses, a holder that took it asks for the schema's shard anew.
+        _ if at_node_shard && f.group == 0 => Decision::Refuse(Refusal::SchemaAtNodeShard(f.shard.unwrap_or_default())),
+        Some(_) if at_node_shard => Decision::TakeOver,
         _ if f.released_here && !f.fresh => Decision::Reread,
         _ if f.group == 0 => {
             if f.released_here || f.recorded != 0 {
@@ -159,7 +182,7 @@ mod tests {
     const W2: i32 = 2;
 
     fn at(group: i32, hop: usize) -> Facts {
-        Facts { group, hop, group_listed: true, ..Facts::default() }
+        Facts { group, hop, group_listed: true, node_shards: true, in_cluster: true, ..Facts::default() }
     }
 
     fn held_by(holder: i32, f: Facts) -> Facts {
@@ -191,6 +214,34 @@ mod tests {
             }
         }
         assert_eq!(decide(Call::Node, at(1024, 0)), Decision::Refuse(Refusal::GroupWithoutShard(1024)));
+        // Group 0 in no cluster's metadata: a worker whose metadata was cleared says 0 too.
+        assert_eq!(decide(Call::Node, Facts { in_cluster: false, ..at(COORDINATOR, 0) }), Decision::Refuse(Refusal::NotInCluster));
+        assert_eq!(decide(Call::Node, Facts { in_cluster: false, ..at(W1, 0) }), Decision::Here);
+    }
+
+    #[test]
+    fn before_the_update_node_shards_are_shards_like_any_other() {
+        let old = |f: Facts| Facts { node_shards: false, ..f };
+        assert_eq!(decide(Call::Shard(8190), old(at(COORDINATOR, 0))), Decision::Here);
+        assert_eq!(decide(Call::Shard(8190), old(at(W2, 0))), Decision::Send(Node::Coordinator));
+        assert_eq!(decide(Call::Schema, old(Facts { shard: Some(8190), ..at(COORDINATOR, 0) })), Decision::Here);
+    }
+
+    #[test]
+    fn a_schema_at_a_node_groups_shard_is_never_minted_as_the_schemas() {
+        // The registry names shard 8190 (group 1's) for a schema: the
+        // coordinator refuses; the worker holding the data asks the
+        // coordinator for the schema's shard again (which refuses too, or
+        // gives the new one); others send it on, and it meets one of those.
+        let f = Facts { shard: Some(8190), ..at(COORDINATOR, 0) };
+        assert_eq!(decide(Call::Schema, f), Decision::Refuse(Refusal::SchemaAtNodeShard(8190)));
+        assert_eq!(decide(Call::Schema, Facts { recorded: W2, ..f }), Decision::Refuse(Refusal::SchemaAtNodeShard(8190)));
+        let holder = Facts { shard: Some(8190), taken_here: true, ..held_by(W2, at(W2, 0)) };
+        assert_eq!(decide(Call::Schema, holder), Decision::TakeOver);
+        assert_eq!(decide(Call::Schema, Facts { hop: 1, ..holder }), Decision::TakeOver);
+        assert_eq!(decide(Call::Schema, held_by(W2, at(W1, 0))), Decision::Send(Node::Holder));
+        // The shard itself is group 1's, whatever the registry says.
+        assert_eq!(decide(Call::Shard(8190), held_by(W2, at(W2, 0))), Decision::Send(Node::Group(1)));
     }
 
     #[test]
