@@ -147,6 +147,11 @@ fn shard_schema_create(schema_name: &str, shard: i32) {
     let shard = Shard::new(shard).or_raise();
     // Before CREATE SCHEMA, which Citus refuses on a worker in its own words.
     citus::refuse_on_worker("shard_schema_create");
+    // Registrations queue behind each other before anything else: CREATE
+    // SCHEMA's event trigger writes the registry, and a registration taking
+    // its lock after that could deadlock with one that holds it and waits
+    // for a row that trigger wrote.
+    catalog::lock_to_change(c"shard_schema_registry", pg_sys::ACL_INSERT);
     // An error in `register` rolls the new schema back with it.
     catalog::run(&format!("CREATE SCHEMA {}", catalog::quote(schema_name)), &[]);
     register(schema_name, shard, "shard_schema_create");
