@@ -24,7 +24,7 @@ END
 $$;
 
 CREATE FUNCTION "next_node_id"() RETURNS bigint
-VOLATILE PARALLEL UNSAFE
+VOLATILE STRICT PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'next_node_id_wrapper';
 COMMENT ON FUNCTION next_node_id() IS
@@ -33,7 +33,7 @@ COMMENT ON FUNCTION next_node_id() IS
 -- A copy of the coordinator's registry on every worker, so that a worker
 -- sends next_shard_id of a schema's shard straight to its holder.
 CREATE FUNCTION "citus_registry_sync"() RETURNS bigint
-VOLATILE PARALLEL UNSAFE
+VOLATILE STRICT PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'citus_registry_sync_wrapper';
 CREATE FUNCTION "citus_registry_note"(
