@@ -338,10 +338,7 @@ pub fn adopt(taken: &Taken, schema: pg_sys::Oid) -> bool {
 /// unless this node holds the data of the schema it took the shard for;
 /// returns an ID above every ID it minted for it.
 fn release(shard: Shard, handover: i64) -> i64 {
-    let Some(place) = metadata::place() else { IdError::CitusNotANode("citus_shard_release").raise() };
-    if place.group == 0 {
-        IdError::CitusOnCoordinator("citus_shard_release").raise()
-    }
+    let place = metadata::on_worker_only("citus_shard_release");
     lock(shard);
     forget();
     let index = shard.index() as i32;
@@ -360,21 +357,11 @@ fn release(shard: Shard, handover: i64) -> i64 {
     after
 }
 
-/// Refuses a hand-over function anywhere but on the coordinator.
-fn on_coordinator_only(function: &'static str) {
-    crate::mark::check_writable(function);
-    match metadata::place() {
-        Some(p) if p.group == 0 => {}
-        Some(_) => IdError::CitusWorker(function).raise(),
-        None => IdError::CitusNotANode(function).raise(),
-    }
-}
-
 /// Hands the shard registered for a distributed schema to the Citus node
 /// that holds the schema's data; run on the coordinator by that node.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn citus_shard_take(schema_name: &str, renew_from: default!(i64, 0)) -> TableIterator<'static, (name!(shard, i32), name!(after, Option<i64>), name!(holder_group, i32), name!(handover, i64))> {
-    on_coordinator_only("citus_shard_take");
+    metadata::on_coordinator_only("citus_shard_take");
     let t = take(schema_name, (renew_from > 0).then_some(renew_from));
     TableIterator::once((t.shard.index() as i32, t.after, t.group, t.handover))
 }
@@ -384,7 +371,7 @@ fn citus_shard_take(schema_name: &str, renew_from: default!(i64, 0)) -> TableIte
 /// in a session of its own, before it mints a shard a worker took.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn citus_shard_take_back(logical_shard: i32, renew: default!(bool, false)) -> TableIterator<'static, (name!(shard, i32), name!(after, Option<i64>), name!(holder_group, i32), name!(handover, i64))> {
-    on_coordinator_only("citus_shard_take_back");
+    metadata::on_coordinator_only("citus_shard_take_back");
     let t = take_back(Shard::new(logical_shard).or_raise(), renew);
     TableIterator::once((t.shard.index() as i32, t.after, t.group, t.handover))
 }
@@ -395,6 +382,5 @@ fn citus_shard_take_back(logical_shard: i32, renew: default!(bool, false)) -> Ta
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn citus_shard_release(shard: i32, handover: i64) -> i64 {
     let shard = Shard::new(shard).or_raise();
-    crate::mark::check_writable("citus_shard_release");
     release(shard, handover)
 }

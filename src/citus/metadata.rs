@@ -76,6 +76,27 @@ pub fn place() -> Option<Rc<Place>> {
     cached(|c| c.place.clone())
 }
 
+/// Refuses a function that changes state (a hand-over's, the registry's
+/// copy) anywhere but on a writable coordinator.
+pub fn on_coordinator_only(function: &'static str) {
+    crate::mark::check_writable(function);
+    match place() {
+        Some(p) if p.group == 0 => {}
+        Some(_) => IdError::CitusWorker(function).raise(),
+        None => IdError::CitusNotANode(function).raise(),
+    }
+}
+
+/// The same, for one that runs on writable workers only; this worker's place.
+pub fn on_worker_only(function: &'static str) -> Rc<Place> {
+    crate::mark::check_writable(function);
+    match place() {
+        Some(p) if p.group != 0 => p,
+        Some(_) => IdError::CitusOnCoordinator(function).raise(),
+        None => IdError::CitusNotANode(function).raise(),
+    }
+}
+
 /// Forgets what was read, so that the next lookup reads the metadata again
 /// (after a hand-over showed it stale).
 pub fn forget() {

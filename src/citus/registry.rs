@@ -44,12 +44,8 @@ pub fn push(function: &'static str) -> i64 {
 /// schema's data. Run after adding a worker.
 #[pg_extern(volatile, parallel_unsafe)]
 fn citus_registry_sync() -> i64 {
-    crate::mark::check_writable("citus_registry_sync");
-    match metadata::place() {
-        Some(p) if p.group == 0 => push("citus_registry_sync"),
-        Some(_) => IdError::CitusWorker("citus_registry_sync").raise(),
-        None => IdError::CitusNotANode("citus_registry_sync").raise(),
-    }
+    metadata::on_coordinator_only("citus_registry_sync");
+    push("citus_registry_sync")
 }
 
 /// On a Citus worker: replaces its copy of the registry with the
@@ -57,12 +53,7 @@ fn citus_registry_sync() -> i64 {
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn citus_registry_note(schema_names: Vec<Option<String>>, shards: Vec<Option<i32>>) {
     const F: &str = "citus_registry_note";
-    crate::mark::check_writable(F);
-    match metadata::place() {
-        Some(p) if p.group != 0 => {}
-        Some(_) => IdError::CitusOnCoordinator(F).raise(),
-        None => IdError::CitusNotANode(F).raise(),
-    }
+    metadata::on_worker_only(F);
     if schema_names.len() != shards.len() {
         IdError::BadArgument { function: F, why: "as many schema names as shards are needed" }.raise()
     }
