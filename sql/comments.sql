@@ -62,6 +62,11 @@ COMMENT ON FUNCTION id_generator_server_status() IS
     'pg_idgen: the epoch, the range left, this database''s high-water mark, the UUIDv7 generator, and how far ahead of the clock minting must stay';
 COMMENT ON FUNCTION shard_leases() IS
     'pg_idgen: the shards this server leases from its lease store (pg_idgen.lease_store), their state, validity and mark';
+COMMENT ON FUNCTION id_generator_copies() IS
+    'pg_idgen: after this primary''s last start or promotion, what the server primary_conninfo names answered: another primary of this data (both mint the same shards), a standby, another system, or unreachable';
+-- The origin's address is the server's configuration: monitoring reads it.
+REVOKE EXECUTE ON FUNCTION id_generator_copies() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION id_generator_copies() TO pg_monitor;
 COMMENT ON FUNCTION pg_idgen_follow_ids() IS
     'pg_idgen: trigger function for a logical-replication subscriber: raises the generators above each replicated ID (acts only in replica mode)';
 COMMENT ON FUNCTION pg_idgen_table_changed() IS 'pg_idgen: trigger function (a table of the extension changed)';

@@ -543,6 +543,8 @@ pub extern "C-unwind" fn pg_idgen_loader(_arg: pg_sys::Datum) {
         if loaded {
             f.loader_state.store(LoaderState::Loaded as u32, Ordering::Release);
             log!("pg_idgen: loaded the server's shard ownership from database \"{db}\"");
+            // Minting is open; now whether another primary of this data runs.
+            BackgroundWorker::transaction(crate::copies::check);
         }
     } else {
         // Idle, connected to no database (so it shows in pg_stat_activity

@@ -12,7 +12,8 @@
 //! the node holding a shard's data mints it; others forward to it),
 //! `shared` (shared memory), `settings` (GUCs), `backend`, `clock`,
 //! `random`, `follow` (on a logical-replication subscriber, generators
-//! follow the replicated IDs), and `errors` (every error and the one way to raise it).
+//! follow the replicated IDs), `copies` (another primary of this data,
+//! seen through `primary_conninfo`), and `errors` (every error and the one way to raise it).
 
 use pgrx::prelude::*;
 
@@ -20,6 +21,7 @@ mod backend;
 mod catalog;
 mod citus;
 mod clock;
+mod copies;
 mod datafiles;
 pub mod core;
 mod epoch;
@@ -63,6 +65,7 @@ pub extern "C-unwind" fn _PG_init() {
         mark::init();
         planner::init();
         fleet::register_loader();
+        copies::init();
         lease::init();
         lease::register();
         citus::init();
