@@ -70,10 +70,10 @@ fn id_from_public(text: &str) -> i64 {
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
-    use crate::testing::{one, sqlstate};
+    use crate::testing::{key_from_file, one, sqlstate, statement_error};
     use pgrx::prelude::*;
 
-    const KEY: &str = "SET pg_idgen.public_id_key = '00112233445566778899aabbccddeeff'";
+    const KEY: &str = "00112233445566778899aabbccddeeff";
 
     #[pg_test]
     fn base62_and_base32_round_trip_and_keep_order() {
@@ -118,7 +118,7 @@ mod tests {
 
     #[pg_test]
     fn public_ids_round_trip_and_look_unrelated() {
-        Spi::run(KEY).unwrap();
+        key_from_file(KEY);
         let bad: i64 = one(
             "WITH v AS (SELECT (random() * 9223372036854775807)::bigint AS id FROM generate_series(1, 5000)
                         UNION ALL VALUES (0), (1), (9223372036854775807))
@@ -135,11 +135,11 @@ mod tests {
 
     #[pg_test]
     fn a_public_id_from_another_key_is_detected_when_it_decrypts_negative() {
-        Spi::run(KEY).unwrap();
+        key_from_file(KEY);
         let publics: Vec<String> = (0..200)
             .map(|i| one::<String>(&format!("SELECT id_public({})", 1_000_000 + i)))
             .collect();
-        Spi::run("SET pg_idgen.public_id_key = 'ffeeddccbbaa99887766554433221100'").unwrap();
+        key_from_file("ffeeddccbbaa99887766554433221100");
         let rejected = publics.iter().filter(|p| sqlstate(&format!("id_from_public('{p}')")) == "22P02").count();
         assert!((60..=140).contains(&rejected), "{rejected} of 200 rejected");
     }
@@ -147,10 +147,10 @@ mod tests {
     #[pg_test]
     fn the_key_is_required_valid_and_hidden() {
         assert_eq!(sqlstate("id_public(1)"), "55000");
-        Spi::run("SET pg_idgen.public_id_key = 'short'").unwrap();
+        key_from_file("short");
         assert_eq!(sqlstate("id_public(1)"), "22023");
         assert_eq!(one::<String>("SELECT current_setting('pg_idgen.public_id_key')"), "(set, not 32 hexadecimal digits)");
-        Spi::run(KEY).unwrap();
+        key_from_file(KEY);
         // Not even a superuser reads it back: whether it is set, and id_public(0).
         let zero = one::<String>("SELECT id_public(0)");
         assert_eq!(one::<String>("SELECT current_setting('pg_idgen.public_id_key')"), format!("(set; id_public(0) = {zero})"));
@@ -161,7 +161,34 @@ mod tests {
         // Everyone can still use it.
         assert_eq!(one::<i64>("SELECT id_from_public(id_public(42))"), 42);
         Spi::run("RESET ROLE").unwrap();
-        assert_eq!(sqlstate("set_config('pg_idgen.public_id_key', '00112233445566778899aabbccddeeff', false)"), "ok");
+    }
+
+    /// Only the configuration files set the key: every other way keeps the
+    /// value where other roles read it, and is refused (55P02) by a message
+    /// that does not hold the value; the key in force is unchanged.
+    #[pg_test]
+    fn the_key_is_taken_only_from_the_configuration_file() {
+        key_from_file(KEY);
+        let before = one::<String>("SELECT id_public(1)");
+        const OTHER: &str = "ffeeddccbbaa99887766554433221100";
+        for sql in [
+            format!("SET pg_idgen.public_id_key = '{OTHER}'"),
+            format!("SET LOCAL pg_idgen.public_id_key = '{OTHER}'"),
+            format!("SELECT set_config('pg_idgen.public_id_key', '{OTHER}', false)"),
+            format!("ALTER ROLE CURRENT_USER SET pg_idgen.public_id_key = '{OTHER}'"),
+            format!("ALTER DATABASE pgrx_tests SET pg_idgen.public_id_key = '{OTHER}'"),
+            format!("ALTER ROLE ALL SET pg_idgen.public_id_key = '{OTHER}'"),
+            format!("CREATE FUNCTION pg_temp.keyed() RETURNS int LANGUAGE sql SET pg_idgen.public_id_key = '{OTHER}' AS 'SELECT 1'"),
+        ] {
+            let e = statement_error(&sql);
+            assert!(e.starts_with("55P02: parameter \"pg_idgen.public_id_key\" can only be set in the configuration file"), "{sql}: {e}");
+            assert!(!e.contains(OTHER) && e.contains("postgresql.conf"), "{sql}: {e}");
+        }
+        assert_eq!(one::<i64>("SELECT count(*) FROM pg_db_role_setting WHERE array_to_string(setconfig, ',') LIKE '%public_id_key%'"), 0);
+        assert_eq!(one::<String>("SELECT id_public(1)"), before);
+        // RESET and SET ... TO DEFAULT go back to the file's value.
+        assert_eq!(statement_error("RESET pg_idgen.public_id_key"), "ok");
+        assert_eq!(statement_error("SET pg_idgen.public_id_key TO DEFAULT"), "ok");
     }
 
     #[pg_test]

@@ -114,7 +114,7 @@ pub fn register(preloading: bool) {
             &PUBLIC_ID_KEY,
             GucContext::Suset,
             GucFlags::SUPERUSER_ONLY | GucFlags::NO_SHOW_ALL,
-            None,
+            Some(check_public_id_key),
             None,
             Some(show_public_id_key),
         );
@@ -238,6 +238,37 @@ pub fn configured_epoch_ms() -> i64 {
         };
         parse_epoch(&text).ok_or(IdError::InvalidEpoch(text)).or_raise()
     })
+}
+
+/// The public-ID key is taken only from the configuration files (and the
+/// defaults): a value set any other way is readable by other roles or kept
+/// where they read it (`pg_db_role_setting` for `ALTER ROLE`/`ALTER
+/// DATABASE ... SET`, `pg_proc.proconfig` for a function's `SET` clause,
+/// `ps` for the command line; the statement text of `SET` and
+/// `set_config()` in `pg_stat_statements`), so it is refused there: 55P02,
+/// with a message that never holds the value (PostgreSQL's own would).
+/// Cannot raise.
+unsafe extern "C-unwind" fn check_public_id_key(
+    _newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    use pgrx::pg_sys::{self, GucSource::*};
+    if matches!(source, PGC_S_DEFAULT | PGC_S_DYNAMIC_DEFAULT | PGC_S_FILE | PGC_S_OVERRIDE) {
+        return true;
+    }
+    // SAFETY: the GUC check-hook protocol: an error code and palloc'd texts
+    // that the caller reports at once.
+    unsafe {
+        pg_sys::GUC_check_errcode(pgrx::PgSqlErrorCode::ERRCODE_CANT_CHANGE_RUNTIME_PARAM as i32);
+        pg_sys::GUC_check_errmsg_string =
+            pg_sys::pstrdup(c"parameter \"pg_idgen.public_id_key\" can only be set in the configuration file".as_ptr());
+        pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(
+            c"Put it in postgresql.conf and reload. A key set with SET, set_config(), ALTER ROLE or ALTER DATABASE ... SET, a function's SET clause or a connection's options is kept where other roles read it."
+                .as_ptr(),
+        );
+    }
+    false
 }
 
 /// What `SHOW`, `current_setting()` and `set_config()` print for the

@@ -29,6 +29,42 @@ pub fn error_of(expr: &str) -> String {
     one(&format!("SELECT pg_temp.error_of($q${expr}$q$)"))
 }
 
+/// `SQLSTATE: message / detail / hint` of the error that running statement
+/// `sql` raises, or "ok".
+pub fn statement_error(sql: &str) -> String {
+    if one::<bool>("SELECT to_regprocedure('pg_temp.statement_error(text)') IS NULL") {
+        Spi::run(
+            "CREATE OR REPLACE FUNCTION pg_temp.statement_error(q text) RETURNS text LANGUAGE plpgsql AS $f$
+             DECLARE m text; d text; h text;
+             BEGIN EXECUTE q; RETURN 'ok';
+             EXCEPTION WHEN OTHERS THEN
+                 GET STACKED DIAGNOSTICS m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
+                 RETURN SQLSTATE || ': ' || m || ' / ' || coalesce(d, '') || ' / ' || coalesce(h, ''); END $f$",
+        )
+        .unwrap();
+    }
+    one(&format!("SELECT pg_temp.statement_error($q${sql}$q$)"))
+}
+
+/// Sets the public-ID key as the configuration file would (the only place
+/// it is taken from), for this transaction.
+pub fn key_from_file(key: &str) {
+    let value = std::ffi::CString::new(key).unwrap();
+    // SAFETY: PostgreSQL's own call, with a setting pg_idgen defines.
+    unsafe {
+        pg_sys::set_config_option(
+            c"pg_idgen.public_id_key".as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_SIGHUP,
+            pg_sys::GucSource::PGC_S_FILE,
+            pg_sys::GucAction::GUC_ACTION_SET,
+            true,
+            pgrx::PgLogLevel::ERROR as i32,
+            false,
+        );
+    }
+}
+
 /// The text of `EXPLAIN (COSTS OFF) sql`, one line per plan line.
 pub fn explain(sql: &str) -> String {
     Spi::connect(|c| {

@@ -389,6 +389,45 @@ fn the_key_is_not_readable_by_any_role_and_every_role_uses_it() {
     assert_eq!(p.len(), 11);
 }
 
+/// The key is taken only from the configuration files: a role's or a
+/// database's stored value (written before pg_idgen 0.12.0 checked, here
+/// while the library was not loaded) is ignored with a WARNING at each
+/// connection, a connection's options are refused, and the file's key is
+/// the one in force.
+#[test]
+fn a_key_set_anywhere_but_the_files_is_not_used() {
+    const FILE_KEY: &str = "000102030405060708090a0b0c0d0e0f";
+    const ROLE_KEY: &str = "ffeeddccbbaa99887766554433221100";
+    let mut server = Server::init("hostile-keyplaces", &[]);
+    server
+        .client()
+        .batch_execute(&format!(
+            "CREATE ROLE keyed LOGIN; ALTER ROLE keyed SET pg_idgen.public_id_key = '{ROLE_KEY}';
+             ALTER DATABASE postgres SET pg_idgen.public_id_key = '{ROLE_KEY}'"
+        ))
+        .unwrap();
+    server.append_conf(&format!("shared_preload_libraries = 'pg_idgen'\npg_idgen.public_id_key = '{FILE_KEY}'"));
+    server.restart();
+    server.client().batch_execute("CREATE EXTENSION pg_idgen").unwrap();
+    let expected: String = server.client().query_one("SELECT id_public(1)", &[]).unwrap().get(0);
+    // Stored values are refused at each connection (a WARNING, for the
+    // role and for the database), and the file's key is the one used.
+    let warnings = server.log().matches("can only be set in the configuration file").count();
+    let mut k = server.client_as("postgres", "keyed");
+    let used: String = k.query_one("SELECT id_public(1)", &[]).unwrap().get(0);
+    assert_eq!(used, expected, "the role's stored key was used");
+    pg_idgen_e2e::eventually(30, "the connection's warnings are logged", || {
+        server.log().matches("can only be set in the configuration file").count() >= warnings + 2
+    });
+    // A connection's options: refused, the session is not opened.
+    let options = format!("{} options='-c pg_idgen.public_id_key={ROLE_KEY}'", server.conninfo("postgres"));
+    let e = pg_idgen_e2e::postgres::Client::connect(&options, pg_idgen_e2e::postgres::NoTls).err().expect("refused");
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(db.code().code(), "55P02", "{db}");
+    assert!(!db.message().contains(ROLE_KEY), "{db}");
+    assert!(!server.log().contains(ROLE_KEY), "a refused key is in the log");
+}
+
 /// The read-only UUID is minted while the generator is ahead of the clock
 /// (stepped back 5 s, within the bound), so only continuing above the
 /// backend's last value, not the clock, keeps it in order.
