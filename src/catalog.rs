@@ -204,6 +204,62 @@ fn scan_extension() -> Option<(pg_sys::Oid, pg_sys::Oid)> {
     }
 }
 
+/// The relation a statement names, as PostgreSQL will find it (the
+/// caller's `search_path`, the caller's rights), without taking any lock;
+/// None if there is none.
+pub fn relation_named_unlocked(rv: *mut pg_sys::RangeVar) -> Option<pg_sys::Oid> {
+    // SAFETY: a name lookup with NoLock and missing_ok; it raises nothing.
+    let relid = unsafe { pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as pg_sys::LOCKMODE, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut()) };
+    (relid != pg_sys::InvalidOid).then_some(relid)
+}
+
+/// If `relid` is one of pg_idgen's relations in this database (a table or
+/// sequence of the extension, or an index on one), what kind it is and its
+/// name, for an error.
+pub fn ours(relid: pg_sys::Oid) -> Option<(&'static str, String)> {
+    // SAFETY: syscache and pg_depend lookups of an existing OID; each
+    // returns InvalidOid or a NUL for a relation that is gone meanwhile.
+    unsafe {
+        let ext = pg_sys::get_extension_oid(EXTENSION.as_ptr(), true);
+        if ext == pg_sys::InvalidOid {
+            return None;
+        }
+        let kind = pg_sys::get_rel_relkind(relid) as u8;
+        let member = match kind {
+            pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => pg_sys::IndexGetRelation(relid, true),
+            _ => relid,
+        };
+        if member == pg_sys::InvalidOid || pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, member) != ext {
+            return None;
+        }
+        let name = pg_sys::get_rel_name(relid);
+        let name = if name.is_null() { return None } else { CStr::from_ptr(name).to_string_lossy().into_owned() };
+        let kind = match kind {
+            pg_sys::RELKIND_SEQUENCE => "sequence",
+            pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => "index",
+            _ => "table",
+        };
+        Some((kind, name))
+    }
+}
+
+/// Whether the current user owns relation `relid`.
+pub fn owns(relid: pg_sys::Oid) -> bool {
+    // SAFETY: an ownership check of an existing OID.
+    unsafe {
+        #[cfg(feature = "pg15")]
+        return pg_sys::pg_class_ownercheck(relid, pg_sys::GetUserId());
+        #[cfg(not(feature = "pg15"))]
+        return pg_sys::object_ownercheck(pg_sys::RelationRelationId, relid, pg_sys::GetUserId());
+    }
+}
+
+/// Whether the current user holds the TRIGGER privilege on relation `relid`.
+pub fn may_trigger(relid: pg_sys::Oid) -> bool {
+    // SAFETY: a privilege check of an existing OID.
+    unsafe { pg_sys::pg_class_aclcheck(relid, pg_sys::GetUserId(), pg_sys::ACL_TRIGGER as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK }
+}
+
 /// Whether a relation has a column of this name.
 pub fn has_column(rel: pg_sys::Oid, name: &CStr) -> bool {
     // SAFETY: a syscache lookup; InvalidAttrNumber (0) when there is no such column.

@@ -128,6 +128,9 @@ pub enum IdError {
     UnknownLayout(String),
     /// The current user may not change a table of ours.
     PermissionDenied(String),
+    /// A statement that would queue for a lock on one of pg_idgen's
+    /// relations before PostgreSQL checks ownership (kind, name).
+    NotOwnerOfOurs { kind: &'static str, name: String, privilege: &'static str },
     /// A direct write to an ownership table by a role that is not a superuser.
     OwnershipWrittenDirectly(String),
     /// A trigger other than pg_idgen's on an ownership table ("name on table").
@@ -250,7 +253,7 @@ impl IdError {
             NotFleetDatabase(_) | OwnershipNotLoaded { .. } | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             AdoptBelowRelease { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             PrepareOwnership => ERRCODE_FEATURE_NOT_SUPPORTED,
-            PermissionDenied(_) | OwnershipWrittenDirectly(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
+            PermissionDenied(_) | OwnershipWrittenDirectly(_) | NotOwnerOfOurs { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
             NegativeLayoutId => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             PublicKeyMissing | PublicKeyNotPreloaded | EpochChanged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
@@ -449,6 +452,18 @@ impl IdError {
                 )),
             ),
             PermissionDenied(table) => (format!("permission denied for table {table}"), None, None),
+            NotOwnerOfOurs { kind, name, privilege } => (
+                match *privilege {
+                    "" => format!("must be owner of {kind} {name}"),
+                    _ => format!("permission denied for {kind} {name}"),
+                },
+                Some(format!(
+                    "{name} is pg_idgen's: who may run this statement on it{} is checked before its lock is asked for, \
+                     so that waiting for that lock never makes minting wait.",
+                    if privilege.is_empty() { String::new() } else { format!(" (privilege {privilege})") }
+                )),
+                Some("Run it as the extension's owner or a superuser.".into()),
+            ),
             ForeignTrigger(trigger) => (
                 format!("trigger {trigger} is not pg_idgen's"),
                 Some("The ownership tables take no triggers but pg_idgen's: one would run while shard ownership is written.".into()),

@@ -8,7 +8,8 @@
 //! `epoch` (the epoch each database records), `fleet` (the server's shard
 //! ownership, in shared memory), `lease` (shards leased from a store,
 //! etcd, so that no two running servers mint one), `planner` (time filters as key ranges),
-//! `catalog` (the one door to the catalog), `citus` (on a Citus cluster,
+//! `catalog` (the one door to the catalog), `ddl_guard` (no role queues
+//! for a lock on pg_idgen's relations unless it may run the statement), `citus` (on a Citus cluster,
 //! the node holding a shard's data mints it; others forward to it),
 //! `shared` (shared memory), `settings` (GUCs), `backend`, `clock`,
 //! `random`, `follow` (on a logical-replication subscriber, generators
@@ -23,6 +24,7 @@ mod citus;
 mod clock;
 mod copies;
 mod datafiles;
+mod ddl_guard;
 pub mod core;
 mod epoch;
 mod errors;
@@ -64,6 +66,7 @@ pub extern "C-unwind" fn _PG_init() {
         shared::init(mark::restart_state);
         mark::init();
         planner::init();
+        ddl_guard::init();
         fleet::register_loader();
         copies::init();
         lease::init();
