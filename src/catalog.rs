@@ -204,6 +204,13 @@ fn scan_extension() -> Option<(pg_sys::Oid, pg_sys::Oid)> {
     }
 }
 
+/// Refuses a name no schema can have (empty: 42602, too long: 42622), before PostgreSQL would truncate it.
+pub fn check_schema_name(name: &str) {
+    if name.is_empty() || name.len() >= pg_sys::NAMEDATALEN as usize {
+        IdError::SchemaNameInvalid(name.into()).raise()
+    }
+}
+
 /// The relation a statement names, as PostgreSQL will find it (the
 /// caller's `search_path`, the caller's rights), without taking any lock;
 /// None if there is none.

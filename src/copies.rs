@@ -11,7 +11,8 @@
 //! in_hot_standby`). A server of the same system identifier that is not in
 //! recovery is another primary of this data: logged as a WARNING and shown
 //! by `id_generator_copies()`. The question is bounded by `ASK_TIMEOUT`;
-//! nothing waits for it (minting is already open).
+//! nothing waits for it (minting is already open). With a lease store
+//! nothing is asked: the store decides who mints.
 //!
 //! A copy made otherwise (a file-system snapshot, `pg_basebackup` without
 //! `-R` started as a primary, a primary cloned while it runs) names no
@@ -69,6 +70,8 @@ enum State {
     /// primary_conninfo names this very server.
     Itself,
     Unreachable,
+    /// Asked, and no answer recorded: the question was cut short.
+    Asking,
 }
 
 impl State {
@@ -79,6 +82,7 @@ impl State {
             State::OtherSystem => "another system",
             State::Itself => "this server",
             State::Unreachable => "unreachable",
+            State::Asking => "asking",
         }
     }
 }
@@ -111,9 +115,13 @@ pub fn check() {
         let v = pg_sys::GetConfigOption(c"primary_conninfo".as_ptr(), true, false);
         if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() }
     };
-    if conninfo.trim().is_empty() {
+    // With a lease store, the store decides who mints: nothing to ask.
+    if conninfo.trim().is_empty() || crate::settings::lease_store().is_some() {
         return;
     }
+    // Recorded first, so that a question cut short (the loader terminated)
+    // shows as begun and never answered.
+    record(State::Asking, "the server of primary_conninfo", "");
     let (state, server, detail) = match ask(&conninfo) {
         Ok(found) => found,
         Err((server, why)) => (State::Unreachable, server, why),
@@ -126,8 +134,11 @@ pub fn check() {
     } else {
         log!("pg_idgen: the server primary_conninfo names ({server}) is {}: {detail}", state.name());
     }
-    let mut seen = SEEN.exclusive();
-    *seen = Seen { at_us: clock::unix_us(), state, server: text(&server), detail: text(&detail) };
+    record(state, &server, &detail);
+}
+
+fn record(state: State, server: &str, detail: &str) {
+    *SEEN.exclusive() = Seen { at_us: clock::unix_us(), state, server: text(server), detail: text(detail) };
 }
 
 /// Makes the shared record (called from `_PG_init` while preloading).
@@ -240,6 +251,19 @@ fn caught(e: pg_sys::panic::CaughtError) -> String {
 
 /// Connects to the origin's walsender, as the walreceiver would, and asks.
 fn walsender(conninfo: &str, server: &std::cell::RefCell<String>) -> Result<Found, String> {
+    // Named uniquely, so that this server can tell whether the session it
+    // opened is its own (primary_conninfo naming itself, as a name that
+    // follows the primary in DNS does after a failover). Set in the conninfo
+    // itself, after everything in it: an application_name there or in
+    // PGAPPNAME would otherwise win.
+    // SAFETY: a plain global of this process.
+    let name = format!("pg_idgen_copy_check_{}_{}", unsafe { pg_sys::MyProcPid }, clock::unix_us());
+    let conninfo = match conninfo.trim_start() {
+        uri if uri.starts_with("postgresql://") || uri.starts_with("postgres://") => {
+            format!("{uri}{}application_name={name}", if uri.contains('?') { '&' } else { '?' })
+        }
+        keywords => format!("{keywords} application_name={name}"),
+    };
     let info = CString::new(conninfo).map_err(|_| "primary_conninfo holds a NUL byte".to_string())?;
     let mut err: *mut c_char = std::ptr::null_mut();
     // SAFETY: PostgreSQL's walreceiver library, loaded as the walreceiver
@@ -250,13 +274,7 @@ fn walsender(conninfo: &str, server: &std::cell::RefCell<String>) -> Result<Foun
     unsafe {
         pg_sys::load_file(c"libpqwalreceiver".as_ptr(), false);
         let f = &*pg_sys::WalReceiverFunctions;
-        // Named uniquely, so that this server can tell whether the
-        // session it opened is its own (primary_conninfo naming itself,
-        // as a name that follows the primary in DNS does after a failover).
-        let pid = pg_sys::MyProcPid;
-        let name = format!("pg_idgen copy check {pid} {}", clock::unix_us());
-        let appname_c = CString::new(name.clone()).unwrap_or_default();
-        let appname = appname_c.as_ptr();
+        let appname = c"pg_idgen copy check".as_ptr();
         #[cfg(feature = "pg15")]
         let conn = guarded(|| f.walrcv_connect.unwrap()(info.as_ptr(), false, appname, &mut err));
         #[cfg(feature = "pg16")]
@@ -281,11 +299,13 @@ fn walsender(conninfo: &str, server: &std::cell::RefCell<String>) -> Result<Foun
         guarded(|| f.walrcv_disconnect.unwrap()(conn));
         let recovering = recovering?;
         let ours = pg_sys::GetSystemIdentifier().to_string();
-        Ok(match (system == ours, recovering.as_str()) {
-            (false, _) => (State::OtherSystem, server.borrow().clone(), format!("system identifier {system}, this server's {ours}")),
-            (true, "off") => (State::Primary, server.borrow().clone(), system),
-            (true, _) => (State::Standby, server.borrow().clone(), format!("in_hot_standby = {recovering}")),
-        })
+        let server = server.borrow().clone();
+        match (system == ours, recovering.as_str()) {
+            (false, _) => Ok((State::OtherSystem, server, format!("system identifier {system}, this server's {ours}"))),
+            (true, "off") => Ok((State::Primary, server, system)),
+            (true, "on") => Ok((State::Standby, server, "in_hot_standby = on".into())),
+            (true, other) => Err(format!("in_hot_standby answered {:?}", other.chars().take(40).collect::<String>())),
+        }
     }
 }
 
@@ -325,15 +345,24 @@ unsafe fn show(f: &pg_sys::WalReceiverFunctionsType, conn: *mut pg_sys::WalRecei
             return Err(if err.is_null() { format!("{command:?} failed") } else { CStr::from_ptr(err).to_string_lossy().trim_end().to_string() });
         }
         let slot = pg_sys::MakeSingleTupleTableSlot((*res).tupledesc, &pg_sys::TTSOpsMinimalTuple);
-        if !pg_sys::tuplestore_gettupleslot((*res).tuplestore, true, false, slot) {
-            return Err(format!("{command:?} answered no row"));
-        }
-        pg_sys::slot_getsomeattrs_int(slot, 1);
-        if *(*slot).tts_isnull {
-            return Err(format!("{command:?} answered NULL"));
-        }
-        let value = pg_sys::text_to_cstring((*(*slot).tts_values).cast_mut_ptr::<pg_sys::text>());
-        Ok(CStr::from_ptr(value).to_string_lossy().into_owned())
+        let value = match pg_sys::tuplestore_gettupleslot((*res).tuplestore, true, false, slot) {
+            false => Err(format!("{command:?} answered no row")),
+            true => {
+                pg_sys::slot_getsomeattrs_int(slot, 1);
+                match *(*slot).tts_isnull {
+                    true => Err(format!("{command:?} answered NULL")),
+                    false => {
+                        let v = pg_sys::text_to_cstring((*(*slot).tts_values).cast_mut_ptr::<pg_sys::text>());
+                        Ok(CStr::from_ptr(v).to_string_lossy().into_owned())
+                    }
+                }
+            }
+        };
+        // The tuple store may have spilled to a temporary file: closed here,
+        // not left to the end of the subtransaction (which warns of a leak).
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::tuplestore_end((*res).tuplestore);
+        value
     }
 }
 

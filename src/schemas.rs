@@ -122,17 +122,10 @@ fn next_schema_id(schema_name: &str) -> i64 {
     }
 }
 
-/// Refuses a name no schema can have, before PostgreSQL would truncate it.
-fn check_name(schema_name: &str) {
-    if schema_name.is_empty() || schema_name.len() >= pg_sys::NAMEDATALEN as usize {
-        IdError::SchemaNameInvalid(schema_name.into()).raise()
-    }
-}
-
 /// Registers an existing schema as a logical shard.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_schema_register(schema_name: &str, shard: i32) {
-    check_name(schema_name);
+    catalog::check_schema_name(schema_name);
     let shard = Shard::new(shard).or_raise();
     if catalog::schema_oid(schema_name).is_none() {
         IdError::SchemaMissing(schema_name.into()).raise()
@@ -143,7 +136,7 @@ fn shard_schema_register(schema_name: &str, shard: i32) {
 /// Creates a schema and registers it as a logical shard, all or nothing.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn shard_schema_create(schema_name: &str, shard: i32) {
-    check_name(schema_name);
+    catalog::check_schema_name(schema_name);
     let shard = Shard::new(shard).or_raise();
     // Before CREATE SCHEMA, which Citus refuses on a worker in its own words.
     citus::refuse_on_worker("shard_schema_create");

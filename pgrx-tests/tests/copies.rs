@@ -16,6 +16,11 @@ fn copies(s: &Server) -> Option<(String, String, String, String)> {
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
 }
 
+/// The row once the question was answered (not `asking`).
+fn answered(s: &Server) -> Option<(String, String, String, String)> {
+    copies(s).filter(|r| r.0 != "asking")
+}
+
 fn system_identifier(s: &Server) -> String {
     s.client().query_one("SELECT system_identifier::text FROM pg_control_system()", &[]).unwrap().get(0)
 }
@@ -35,7 +40,7 @@ fn a_standby_promoted_while_its_primary_runs_names_it_and_a_standby_or_stopped_o
     // C, promoted while B (its origin) is still a standby: B is named a
     // standby, and nothing is warned.
     c.promote();
-    eventually(60, "C asked B after its promotion", || copies(&c).is_some());
+    eventually(60, "C asked B after its promotion", || answered(&c).is_some());
     let (state, origin, detail, _) = copies(&c).unwrap();
     assert_eq!((state.as_str(), detail.as_str()), ("standby", "in_hot_standby = on"), "origin {origin}");
     assert!(!c.log().contains(WARNING), "{}", c.log());
@@ -43,7 +48,7 @@ fn a_standby_promoted_while_its_primary_runs_names_it_and_a_standby_or_stopped_o
     // B, promoted while A runs: another primary of this data, named.
     b.wait_for_replay(&a);
     b.promote();
-    eventually(60, "B asked A after its promotion", || copies(&b).is_some());
+    eventually(60, "B asked A after its promotion", || answered(&b).is_some());
     let (state, origin, detail, first_check) = copies(&b).unwrap();
     assert_eq!((state.as_str(), detail.as_str()), ("another primary", system.as_str()));
     assert!(origin.contains("copies_a"), "A's socket directory: {origin}");
@@ -60,7 +65,7 @@ fn a_standby_promoted_while_its_primary_runs_names_it_and_a_standby_or_stopped_o
     a.stop("fast");
     let warnings = b.log().matches(WARNING).count();
     b.restart();
-    eventually(60, "B asked again after its restart", || copies(&b).is_some_and(|r| r.3 != first_check));
+    eventually(60, "B asked again after its restart", || answered(&b).is_some_and(|r| r.3 != first_check));
     let (state, _, detail, _) = copies(&b).unwrap();
     assert_eq!(state, "unreachable", "{detail}");
     assert!(!detail.is_empty());
@@ -68,17 +73,18 @@ fn a_standby_promoted_while_its_primary_runs_names_it_and_a_standby_or_stopped_o
 }
 
 /// A primary whose primary_conninfo names itself (a name that follows the
-/// primary, after a failover) is not another primary; and only superusers
-/// and pg_monitor read what was found.
+/// primary, after a failover), with an application_name of its own, is not
+/// another primary; with a lease store nothing is asked; and only
+/// superusers and pg_monitor read what was found.
 #[test]
 fn a_primary_naming_itself_is_not_another_and_only_pg_monitor_reads_it() {
     let mut a = Server::start("copies_self", &[]);
     let own = a.conninfo("postgres");
     let mut c = a.client();
     c.batch_execute("CREATE ROLE plain LOGIN; CREATE ROLE watcher LOGIN IN ROLE pg_monitor").unwrap();
-    c.batch_execute(&format!("ALTER SYSTEM SET primary_conninfo = '{own}'")).unwrap();
+    c.batch_execute(&format!("ALTER SYSTEM SET primary_conninfo = '{own} application_name=node1'")).unwrap();
     a.restart();
-    eventually(60, "A asked itself", || copies(&a).is_some());
+    eventually(60, "A asked itself", || answered(&a).is_some());
     let (state, _, detail, _) = copies(&a).unwrap();
     assert_eq!((state.as_str(), detail.as_str()), ("this server", "primary_conninfo names this server"));
     assert!(!a.log().contains(WARNING), "{}", a.log());
@@ -87,6 +93,14 @@ fn a_primary_naming_itself_is_not_another_and_only_pg_monitor_reads_it() {
     assert_eq!(read("plain"), "42501");
     assert_eq!(read("watcher"), "ok");
     assert_eq!(read("postgres"), "ok");
+
+    // With a lease store (here one that never answers) the store decides
+    // who mints: once loaded, nothing was asked.
+    let loaded = a.log().matches("loaded the server's shard ownership").count();
+    a.append_conf("pg_idgen.lease_store = 'http://127.0.0.1:9'");
+    a.restart();
+    eventually(60, "the loader loaded", || a.log().matches("loaded the server's shard ownership").count() > loaded);
+    assert_eq!(copies(&a), None);
 }
 
 /// An origin that accepts connections and never answers (a frozen machine):
@@ -108,8 +122,8 @@ fn a_silent_origin_holds_up_neither_minting_nor_a_shutdown() {
     // Minting is open while the question waits.
     assert_eq!(sqlstate(s.client().query_one("SELECT next_shard_id(3)", &[])), "ok");
     eventually(60, "the origin accepted the question", || !held.lock().unwrap().is_empty());
-    assert_eq!(copies(&s), None, "no answer yet: nothing recorded");
-    eventually(120, "the question ended by its bound", || copies(&s).is_some());
+    assert_eq!(copies(&s).map(|r| r.0).as_deref(), Some("asking"), "no answer yet");
+    eventually(120, "the question ended by its bound", || answered(&s).is_some());
     let (state, origin, detail, _) = copies(&s).unwrap();
     assert_eq!(state, "unreachable");
     assert!(detail.contains("canceling statement"), "{detail}");
@@ -127,6 +141,22 @@ fn a_silent_origin_holds_up_neither_minting_nor_a_shutdown() {
     let last = &log[shutdown..];
     assert!(last.contains("terminating background worker \"pg_idgen loader\""), "{last}");
     assert!(!last.contains("canceling statement"), "the question waited for its bound: {last}");
+    let asked = held.lock().unwrap().len();
     s.start_process();
     assert_eq!(sqlstate(s.client().query_one("SELECT next_shard_id(3)", &[])), "ok");
+
+    // The loader terminated while asking: the question shows as begun and
+    // never answered.
+    eventually(60, "asked after the last start", || held.lock().unwrap().len() > asked);
+    const TERMINATED: &str = "terminating background worker \"pg_idgen loader\"";
+    let terminated = s.log().matches(TERMINATED).count();
+    let ended: bool = s
+        .client()
+        .query_one("SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'pg_idgen loader'", &[])
+        .unwrap()
+        .get(0);
+    assert!(ended);
+    eventually(30, "the loader ended", || s.log().matches(TERMINATED).count() > terminated);
+    let (state, _, _, _) = copies(&s).unwrap();
+    assert_eq!(state, "asking");
 }

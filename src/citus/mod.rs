@@ -260,18 +260,19 @@ impl Seen {
             seen.shard = Some(asked);
             return seen;
         }
+        // A worker's own hand-over record of the shard, read once.
+        let held = if place.group == 0 { None } else { handover::held(index) };
         if let Call::Shard(_) = call {
             // The schema of the shard, where this node knows it: the
             // registry on the coordinator, a worker's own hand-over record.
-            seen.schema = match place.group {
-                0 => None,
-                _ => handover::held(index).and_then(|e| catalog::schema_name(pg_sys::Oid::from(e.schema))),
-            }
-            .or_else(|| metadata::registered_schema(index));
+            seen.schema = held
+                .as_ref()
+                .and_then(|e| catalog::schema_name(pg_sys::Oid::from(e.schema)))
+                .or_else(|| metadata::registered_schema(index));
             seen.holder = seen.schema.as_deref().and_then(metadata::holder);
             seen.facts.holder = seen.holder.as_ref().map(|h| h.group);
         }
-        seen.facts.taken_here = place.group != 0 && seen.facts.holder == Some(place.group) && handover::held(index).is_some();
+        seen.facts.taken_here = place.group != 0 && seen.facts.holder == Some(place.group) && held.is_some();
         seen.facts.recorded = if place.group == 0 { handover::recorded_group(asked) } else { 0 };
         seen.facts.released_here = crate::shared::state().or_raise().shards[asked.index()].last.load(Ordering::Acquire)
             == crate::core::generator::RETIRED;

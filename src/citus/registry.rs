@@ -64,9 +64,7 @@ fn citus_registry_note(schema_names: Vec<Option<String>>, shards: Vec<Option<i32
         IdError::BadArgument { function: F, why: "a shard is NULL" }.raise()
     };
     for name in &names {
-        if name.is_empty() || name.len() >= pg_sys::NAMEDATALEN as usize {
-            IdError::SchemaNameInvalid(name.clone()).raise()
-        }
+        catalog::check_schema_name(name);
     }
     for &shard in &shards {
         Shard::new(shard).or_raise();
