@@ -39,7 +39,11 @@ pub fn init() {
     }
 }
 
-#[pg_guard]
+/// The hook. Not `#[pg_guard]`, and it holds nothing with a destructor: the
+/// statement is run from here by PostgreSQL's own function (not pgrx's
+/// wrapper, which would raise a copy of its errors without their CONTEXT,
+/// position or fields), so that its errors reach PostgreSQL untouched, as
+/// in the planner hook. The check is a `#[pg_guard]` function of its own.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn utility(
     pstmt: *mut pg_sys::PlannedStmt,
@@ -54,14 +58,26 @@ unsafe extern "C-unwind" fn utility(
     // SAFETY: the statement PostgreSQL passes, read before it runs; then
     // the previous hook or PostgreSQL's own, called as PostgreSQL would.
     unsafe {
-        if !pg_sys::superuser() {
-            check((*pstmt).utilityStmt);
-        }
+        check((*pstmt).utilityStmt);
         match PREV {
             Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
-            None => pg_sys::standard_ProcessUtility(pstmt, query, read_only_tree, context, params, env, dest, qc),
+            None => standard_ProcessUtility(pstmt, query, read_only_tree, context, params, env, dest, qc),
         }
     }
+}
+
+unsafe extern "C-unwind" {
+    #[allow(clippy::too_many_arguments)]
+    fn standard_ProcessUtility(
+        pstmt: *mut pg_sys::PlannedStmt,
+        query: *const c_char,
+        read_only_tree: bool,
+        context: pg_sys::ProcessUtilityContext::Type,
+        params: pg_sys::ParamListInfo,
+        env: *mut pg_sys::QueryEnvironment,
+        dest: *mut pg_sys::DestReceiver,
+        qc: *mut pg_sys::QueryCompletion,
+    );
 }
 
 /// What a statement needs on each relation it names before it locks it.
@@ -70,13 +86,18 @@ enum Needs {
     Trigger,
 }
 
-/// Refuses `stmt` if it names one of pg_idgen's relations that the role may not run it on.
+/// Refuses `stmt` if it names one of pg_idgen's relations that the role
+/// may not run it on (superusers may run anything).
 ///
 /// # Safety
 /// `stmt` is a parse tree node of a utility statement.
-unsafe fn check(stmt: *mut pg_sys::Node) {
+#[pg_guard]
+unsafe extern "C-unwind" fn check(stmt: *mut pg_sys::Node) {
     // SAFETY: each node is read as the type its tag says.
     unsafe {
+        if pg_sys::superuser() {
+            return;
+        }
         let mut named: Vec<(*mut pg_sys::RangeVar, Needs)> = Vec::new();
         match (*stmt).type_ {
             pg_sys::NodeTag::T_RuleStmt => named.push(((*stmt.cast::<pg_sys::RuleStmt>()).relation, Needs::Ownership)),
