@@ -211,13 +211,25 @@ pub fn check_schema_name(name: &str) {
     }
 }
 
-/// The relation a statement names, as PostgreSQL will find it (the
-/// caller's `search_path`, the caller's rights), without taking any lock;
-/// None if there is none.
-pub fn relation_named_unlocked(rv: *mut pg_sys::RangeVar) -> Option<pg_sys::Oid> {
-    // SAFETY: a name lookup with NoLock and missing_ok; it raises nothing.
-    let relid = unsafe { pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as pg_sys::LOCKMODE, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut()) };
-    (relid != pg_sys::InvalidOid).then_some(relid)
+/// Every relation a statement's name may find, without taking any lock: a
+/// qualified name's one relation, and for an unqualified name the relation
+/// of that name in each schema of the caller's `search_path` (PostgreSQL
+/// looks again after waiting for a lock, and may then find a later one).
+pub fn relations_a_name_may_find(rv: *mut pg_sys::RangeVar) -> Vec<pg_sys::Oid> {
+    // SAFETY: name lookups with NoLock and missing_ok, which raise nothing
+    // for an ordinary name; the search path is a fresh list of OIDs.
+    unsafe {
+        if !(*rv).schemaname.is_null() || !(*rv).catalogname.is_null() {
+            let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as pg_sys::LOCKMODE, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+            return (relid != pg_sys::InvalidOid).then_some(relid).into_iter().collect();
+        }
+        let path = pg_sys::fetch_search_path(true);
+        let n = if path.is_null() { 0 } else { (*path).length as usize };
+        (0..n)
+            .map(|i| pg_sys::get_relname_relid((*rv).relname, (*(*path).elements.add(i)).oid_value))
+            .filter(|relid| *relid != pg_sys::InvalidOid)
+            .collect()
+    }
 }
 
 /// If `relid` is one of pg_idgen's relations in this database (a table or
@@ -261,10 +273,10 @@ pub fn owns(relid: pg_sys::Oid) -> bool {
     }
 }
 
-/// Whether the current user holds the TRIGGER privilege on relation `relid`.
-pub fn may_trigger(relid: pg_sys::Oid) -> bool {
+/// Whether the current user holds privilege `acl` (`pg_sys::ACL_TRIGGER`, ...) on relation `relid`.
+pub fn has_privilege(relid: pg_sys::Oid, acl: u32) -> bool {
     // SAFETY: a privilege check of an existing OID.
-    unsafe { pg_sys::pg_class_aclcheck(relid, pg_sys::GetUserId(), pg_sys::ACL_TRIGGER as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK }
+    unsafe { pg_sys::pg_class_aclcheck(relid, pg_sys::GetUserId(), acl as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK }
 }
 
 /// Whether a relation has a column of this name.

@@ -1,25 +1,26 @@
 //! No role queues for a lock on pg_idgen's relations unless it may run the
 //! statement that asks for it.
 //!
-//! Some statements ask for a strong lock on the relation they name before
-//! PostgreSQL checks that the role may run them: `CREATE RULE` and `DROP
-//! RULE`/`TRIGGER`/`POLICY ... ON` (AccessExclusiveLock), `ALTER INDEX` or
-//! `ALTER TRIGGER ... DEPENDS ON EXTENSION` (AccessExclusiveLock), `CREATE
-//! TRIGGER` (ShareRowExclusiveLock), `CREATE TABLE ... INHERITS` or
-//! `PARTITION OF`. Behind a transaction that holds any lock on the relation
-//! (a role's own open read of the registry), such a request waits, and every
-//! later reader and writer waits behind it: minting (which reads the
-//! registry and the ownership tables and writes the mark sequence) would
-//! stop in that database for as long as the transaction stays open, though
-//! the statement fails once it is granted the lock.
+//! Some statements ask for a strong lock on a relation they name before
+//! PostgreSQL checks that the role may run them: `CREATE RULE`
+//! (AccessExclusiveLock), `CREATE TRIGGER` (ShareRowExclusiveLock), `ALTER
+//! INDEX ... DEPENDS ON EXTENSION`, `ALTER TABLE`/`ALTER INDEX ... ATTACH` or
+//! `DETACH PARTITION` of the named partition, `CREATE TABLE ... INHERITS` or
+//! `PARTITION OF`, and a foreign key's referenced table (`CREATE TABLE`,
+//! `ALTER TABLE ... ADD`). Behind a transaction that holds any lock on the
+//! relation (a role's own open read of the registry), such a request waits,
+//! and every later reader and writer waits behind it: minting (which reads
+//! the registry and the ownership tables and writes the mark sequence)
+//! would stop in that database for as long as the transaction stays open,
+//! though the statement fails once it is granted the lock.
 //!
-//! A utility hook checks those statements first, when they name one of
-//! pg_idgen's relations (an extension table or sequence, or an index on
-//! one): ownership (or TRIGGER for `CREATE TRIGGER`), as PostgreSQL checks
-//! it later, finding the relation as PostgreSQL will (the caller's
-//! `search_path` and rights) but with no lock. A role that may not is
-//! refused at once (42501). Superusers, and every other statement, go on
-//! untouched.
+//! A utility hook checks those statements first, when a name in them may
+//! find one of pg_idgen's relations (an extension table or sequence, or an
+//! index on one): ownership, or the privilege PostgreSQL checks later
+//! (TRIGGER, REFERENCES). An unqualified name is checked in every schema of
+//! the caller's `search_path`, since PostgreSQL looks it up again after a
+//! lock wait. A role that may not is refused at once (42501). Superusers,
+//! and every other statement, go on untouched.
 
 use std::ffi::c_char;
 
@@ -81,9 +82,10 @@ unsafe extern "C-unwind" {
 }
 
 /// What a statement needs on each relation it names before it locks it.
+#[derive(Clone, Copy)]
 enum Needs {
     Ownership,
-    Trigger,
+    Privilege(u32, &'static str),
 }
 
 /// Refuses `stmt` if it names one of pg_idgen's relations that the role
@@ -101,23 +103,42 @@ unsafe extern "C-unwind" fn check(stmt: *mut pg_sys::Node) {
         let mut named: Vec<(*mut pg_sys::RangeVar, Needs)> = Vec::new();
         match (*stmt).type_ {
             pg_sys::NodeTag::T_RuleStmt => named.push(((*stmt.cast::<pg_sys::RuleStmt>()).relation, Needs::Ownership)),
-            pg_sys::NodeTag::T_CreateTrigStmt => named.push(((*stmt.cast::<pg_sys::CreateTrigStmt>()).relation, Needs::Trigger)),
+            pg_sys::NodeTag::T_CreateTrigStmt => named.push((
+                (*stmt.cast::<pg_sys::CreateTrigStmt>()).relation,
+                Needs::Privilege(pg_sys::ACL_TRIGGER, "TRIGGER"),
+            )),
             pg_sys::NodeTag::T_AlterObjectDependsStmt => {
-                named.push(((*stmt.cast::<pg_sys::AlterObjectDependsStmt>()).relation, Needs::Ownership))
-            }
-            pg_sys::NodeTag::T_DropStmt => {
-                let drop = &*stmt.cast::<pg_sys::DropStmt>();
-                if matches!(drop.removeType, pg_sys::ObjectType::OBJECT_TRIGGER | pg_sys::ObjectType::OBJECT_RULE | pg_sys::ObjectType::OBJECT_POLICY) {
-                    for object in list(drop.objects) {
-                        // The relation: every name but the last (the trigger's, rule's or policy's).
-                        let names = pg_sys::list_copy_head(object.cast(), pg_sys::list_length(object.cast()) - 1);
-                        named.push((pg_sys::makeRangeVarFromNameList(names), Needs::Ownership));
-                    }
+                // An index or materialized view is locked itself; a
+                // trigger's or function's table is not locked strongly.
+                let s = &*stmt.cast::<pg_sys::AlterObjectDependsStmt>();
+                if matches!(s.objectType, pg_sys::ObjectType::OBJECT_INDEX | pg_sys::ObjectType::OBJECT_MATVIEW) {
+                    named.push((s.relation, Needs::Ownership));
                 }
             }
             pg_sys::NodeTag::T_CreateStmt | pg_sys::NodeTag::T_CreateForeignTableStmt => {
-                for parent in list((*stmt.cast::<pg_sys::CreateStmt>()).inhRelations) {
+                let create = &*stmt.cast::<pg_sys::CreateStmt>();
+                for parent in list(create.inhRelations) {
                     named.push((parent.cast(), Needs::Ownership));
+                }
+                for element in list(create.tableElts).into_iter().chain(list(create.constraints)) {
+                    referenced(element.cast(), &mut named);
+                }
+            }
+            pg_sys::NodeTag::T_AlterTableStmt => {
+                for cmd in list((*stmt.cast::<pg_sys::AlterTableStmt>()).cmds) {
+                    let cmd = &*cmd.cast::<pg_sys::AlterTableCmd>();
+                    match cmd.subtype {
+                        // The partition (a table or an index) is locked before it is checked.
+                        pg_sys::AlterTableType::AT_AttachPartition
+                        | pg_sys::AlterTableType::AT_DetachPartition
+                        | pg_sys::AlterTableType::AT_DetachPartitionFinalize => {
+                            if !cmd.def.is_null() && (*cmd.def).type_ == pg_sys::NodeTag::T_PartitionCmd {
+                                named.push(((*cmd.def.cast::<pg_sys::PartitionCmd>()).name, Needs::Ownership));
+                            }
+                        }
+                        pg_sys::AlterTableType::AT_AddConstraint | pg_sys::AlterTableType::AT_AddColumn => referenced(cmd.def, &mut named),
+                        _ => {}
+                    }
                 }
             }
             _ => {}
@@ -126,14 +147,41 @@ unsafe extern "C-unwind" fn check(stmt: *mut pg_sys::Node) {
             if rv.is_null() {
                 continue;
             }
-            let Some(relid) = catalog::relation_named_unlocked(rv) else { continue };
-            let Some((kind, name)) = catalog::ours(relid) else { continue };
-            let (allowed, privilege) = match needs {
-                Needs::Ownership => (catalog::owns(relid), ""),
-                Needs::Trigger => (catalog::may_trigger(relid), "TRIGGER"),
-            };
-            if !allowed {
-                IdError::NotOwnerOfOurs { kind, name, privilege }.raise()
+            for relid in catalog::relations_a_name_may_find(rv) {
+                let Some((kind, name)) = catalog::ours(relid) else { continue };
+                let (allowed, privilege) = match needs {
+                    Needs::Ownership => (catalog::owns(relid), ""),
+                    Needs::Privilege(acl, privilege) => (catalog::has_privilege(relid, acl), privilege),
+                };
+                if !allowed {
+                    IdError::NotOwnerOfOurs { kind, name, privilege }.raise()
+                }
+            }
+        }
+    }
+}
+
+/// The table a foreign key in `node` (a table constraint, or a column
+/// definition's constraints) references: locked (ShareRowExclusiveLock)
+/// before the REFERENCES privilege is checked.
+///
+/// # Safety
+/// `node` is NULL or a parse tree node.
+unsafe fn referenced(node: *mut pg_sys::Node, named: &mut Vec<(*mut pg_sys::RangeVar, Needs)>) {
+    // SAFETY: each node is read as the type its tag says.
+    unsafe {
+        if node.is_null() {
+            return;
+        }
+        let constraints = match (*node).type_ {
+            pg_sys::NodeTag::T_Constraint => vec![node.cast::<std::ffi::c_void>()],
+            pg_sys::NodeTag::T_ColumnDef => list((*node.cast::<pg_sys::ColumnDef>()).constraints),
+            _ => return,
+        };
+        for c in constraints {
+            let c = &*c.cast::<pg_sys::Constraint>();
+            if c.type_ == pg_sys::NodeTag::T_Constraint && c.contype == pg_sys::ConstrType::CONSTR_FOREIGN {
+                named.push((c.pktable, Needs::Privilege(pg_sys::ACL_REFERENCES, "REFERENCES")));
             }
         }
     }
