@@ -262,6 +262,16 @@ pub fn ours(relid: pg_sys::Oid) -> Option<(&'static str, String)> {
     }
 }
 
+/// The name of `relid` if it is `pg_extension` or one of its indexes.
+pub fn extension_catalog(relid: pg_sys::Oid) -> Option<String> {
+    let ids = [pg_sys::ExtensionRelationId, pg_sys::Oid::from(pg_sys::ExtensionOidIndexId), pg_sys::Oid::from(pg_sys::ExtensionNameIndexId)];
+    // SAFETY: a syscache lookup of an existing OID (NULL if gone).
+    ids.contains(&relid).then(|| unsafe {
+        let name = pg_sys::get_rel_name(relid);
+        if name.is_null() { String::from("pg_extension") } else { CStr::from_ptr(name).to_string_lossy().into_owned() }
+    })
+}
+
 /// Whether the current user owns relation `relid`.
 pub fn owns(relid: pg_sys::Oid) -> bool {
     // SAFETY: an ownership check of an existing OID.

@@ -6,8 +6,10 @@
 //! (AccessExclusiveLock), `CREATE TRIGGER` (ShareRowExclusiveLock), `ALTER
 //! INDEX ... DEPENDS ON EXTENSION`, `ALTER TABLE`/`ALTER INDEX ... ATTACH` or
 //! `DETACH PARTITION` of the named partition, `CREATE TABLE ... INHERITS` or
-//! `PARTITION OF`, and a foreign key's referenced table (`CREATE TABLE`,
-//! `ALTER TABLE ... ADD`). Behind a transaction that holds any lock on the
+//! `PARTITION OF`, `ALTER TABLE ... INHERIT`, a foreign key's referenced
+//! table (`CREATE TABLE`, `ALTER TABLE ... ADD`), `CREATE STATISTICS`, and
+//! the tables of `CREATE`/`ALTER PUBLICATION` (each held while the next is
+//! waited for). Behind a transaction that holds any lock on the
 //! relation (a role's own open read of the registry), such a request waits,
 //! and every later reader and writer waits behind it: minting (which reads
 //! the registry and the ownership tables and writes the mark sequence)
@@ -19,8 +21,11 @@
 //! index on one): ownership, or the privilege PostgreSQL checks later
 //! (TRIGGER, REFERENCES). An unqualified name is checked in every schema of
 //! the caller's `search_path`, since PostgreSQL looks it up again after a
-//! lock wait. A role that may not is refused at once (42501). Superusers,
-//! and every other statement, go on untouched.
+//! lock wait. A role that may not is refused at once (42501). The same
+//! statements on `pg_extension` and its indexes, which every session of a
+//! database with pg_idgen reads, are refused at once too, as PostgreSQL
+//! refuses them on a system catalog after the lock. Superusers, and every
+//! other statement, go on untouched.
 
 use std::ffi::c_char;
 
@@ -137,7 +142,29 @@ unsafe extern "C-unwind" fn check(stmt: *mut pg_sys::Node) {
                             }
                         }
                         pg_sys::AlterTableType::AT_AddConstraint | pg_sys::AlterTableType::AT_AddColumn => referenced(cmd.def, &mut named),
+                        pg_sys::AlterTableType::AT_AddInherit => named.push((cmd.def.cast(), Needs::Ownership)),
                         _ => {}
+                    }
+                }
+            }
+            // Each table is locked (ShareUpdateExclusiveLock) and held while
+            // the next is waited for, then checked.
+            pg_sys::NodeTag::T_CreatePublicationStmt | pg_sys::NodeTag::T_AlterPublicationStmt => {
+                let objects = match (*stmt).type_ {
+                    pg_sys::NodeTag::T_CreatePublicationStmt => (*stmt.cast::<pg_sys::CreatePublicationStmt>()).pubobjects,
+                    _ => (*stmt.cast::<pg_sys::AlterPublicationStmt>()).pubobjects,
+                };
+                for object in list(objects) {
+                    let table = (*object.cast::<pg_sys::PublicationObjSpec>()).pubtable;
+                    if !table.is_null() {
+                        named.push(((*table).relation, Needs::Ownership));
+                    }
+                }
+            }
+            pg_sys::NodeTag::T_CreateStatsStmt => {
+                for rel in list((*stmt.cast::<pg_sys::CreateStatsStmt>()).relations) {
+                    if (*rel.cast::<pg_sys::Node>()).type_ == pg_sys::NodeTag::T_RangeVar {
+                        named.push((rel.cast(), Needs::Ownership));
                     }
                 }
             }
@@ -148,6 +175,12 @@ unsafe extern "C-unwind" fn check(stmt: *mut pg_sys::Node) {
                 continue;
             }
             for relid in catalog::relations_a_name_may_find(rv) {
+                // pg_extension, which every session of a database with
+                // pg_idgen reads: no role but a superuser changes a system
+                // catalog, and PostgreSQL says so only after the lock.
+                if let Some(name) = catalog::extension_catalog(relid) {
+                    IdError::SystemCatalog(name).raise()
+                }
                 let Some((kind, name)) = catalog::ours(relid) else { continue };
                 let (allowed, privilege) = match needs {
                     Needs::Ownership => (catalog::owns(relid), ""),

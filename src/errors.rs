@@ -131,6 +131,8 @@ pub enum IdError {
     /// A statement that would queue for a lock on one of pg_idgen's
     /// relations before PostgreSQL checks ownership (kind, name).
     NotOwnerOfOurs { kind: &'static str, name: String, privilege: &'static str },
+    /// The same, on a system catalog that pg_idgen reads in every session.
+    SystemCatalog(String),
     /// A direct write to an ownership table by a role that is not a superuser.
     OwnershipWrittenDirectly(String),
     /// A trigger other than pg_idgen's on an ownership table ("name on table").
@@ -253,7 +255,9 @@ impl IdError {
             NotFleetDatabase(_) | OwnershipNotLoaded { .. } | FleetDatabaseMissing(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             AdoptBelowRelease { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             PrepareOwnership => ERRCODE_FEATURE_NOT_SUPPORTED,
-            PermissionDenied(_) | OwnershipWrittenDirectly(_) | NotOwnerOfOurs { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
+            PermissionDenied(_) | OwnershipWrittenDirectly(_) | NotOwnerOfOurs { .. } | SystemCatalog(_) => {
+                ERRCODE_INSUFFICIENT_PRIVILEGE
+            }
             NegativeLayoutId => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             PublicKeyMissing | PublicKeyNotPreloaded | EpochChanged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SchemaMissing(_) => ERRCODE_INVALID_SCHEMA_NAME,
@@ -452,6 +456,7 @@ impl IdError {
                 )),
             ),
             PermissionDenied(table) => (format!("permission denied for table {table}"), None, None),
+            SystemCatalog(name) => (format!("permission denied: \"{name}\" is a system catalog"), None, None),
             NotOwnerOfOurs { kind, name, privilege } => (
                 match *privilege {
                     "" => format!("must be owner of {kind} {name}"),

@@ -446,28 +446,59 @@ mod citus {
     }
 
     /// A worker's forwarder keeps its connection to the coordinator while it
-    /// is used, and closes it after 10 s unused, whatever the session that
-    /// minted does (it stays open here); the next call reconnects, as it does
-    /// after the coordinator's session is terminated.
+    /// is used (the same session serves each call), and closes it 10 s after
+    /// its last use, not before, whatever the session that minted does (it
+    /// stays open here); the next call reconnects, as it does after the
+    /// coordinator's session is terminated.
     #[test]
     fn forwarding_sessions_do_not_outlive_their_use() {
+        use std::time::{Duration, Instant};
         let cluster = Cluster::start("citus_idle", 1, &[]);
         let mut c = cluster.coordinator.client();
-        let forwarding = |c: &mut Client| -> i64 {
-            c.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap().get(0)
+        let forwarding = |c: &mut Client| -> Vec<i32> {
+            c.query("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding' ORDER BY pid", &[])
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
         };
         let mut w = cluster.workers[0].client();
         let first: i64 = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get(0);
-        assert_eq!(forwarding(&mut c), 1);
+        let used = forwarding(&mut c);
+        assert_eq!(used.len(), 1, "{used:?}");
         let n: i64 = c.query_one("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding') t", &[]).unwrap().get(0);
         assert_eq!(n, 1);
-        let second: i64 = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get(0);
-        assert!(second > first);
-        assert_eq!(forwarding(&mut c), 1);
-        std::thread::sleep(std::time::Duration::from_millis(11_500));
-        assert_eq!(forwarding(&mut c), 0, "the coordinator kept an unused forwarding session");
+        let mut last = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get::<_, i64>(0);
+        assert!(last > first);
+        let again = forwarding(&mut c);
+        assert!(again.len() == 1 && again != used, "after the terminate, {again:?} (before: {used:?})");
+        // Calls a few seconds apart (each within KEEP of the one before) are served by that same session.
+        let mut last_use = Instant::now();
+        for i in 0..3 {
+            std::thread::sleep(Duration::from_secs(3));
+            last_use = Instant::now();
+            let id: i64 = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get(0);
+            assert!(id > last);
+            last = id;
+            assert_eq!(forwarding(&mut c), again, "call {i}: not the same forwarding session");
+        }
+        // Still there 8 s after its last use; gone within 10 s to 15 s.
+        std::thread::sleep(Duration::from_secs(8).saturating_sub(last_use.elapsed()));
+        assert_eq!(forwarding(&mut c), again, "the forwarding session closed {:?} after its last use", last_use.elapsed());
+        let gone_after = loop {
+            let gone = forwarding(&mut c).is_empty();
+            let idle = last_use.elapsed();
+            if gone {
+                break idle;
+            }
+            assert!(idle < Duration::from_secs(15), "the coordinator kept an unused forwarding session {idle:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(gone_after >= Duration::from_secs(10), "the forwarding session closed {gone_after:?} after its last use");
         let third: i64 = w.query_one("SELECT next_shard_id(4)", &[]).unwrap().get(0);
-        assert!(third > second);
+        assert!(third > last);
+        let reconnected = forwarding(&mut c);
+        assert!(reconnected.len() == 1 && reconnected != again, "{reconnected:?} after {again:?}");
     }
 
     /// However `shared_preload_libraries` names Citus (here by path), a
@@ -589,19 +620,23 @@ mod citus {
         timed.batch_execute("SET statement_timeout = '2s'").unwrap();
         signal("-STOP");
         let resume = Resume(&signal);
-        let started = std::time::Instant::now();
+        let began = std::time::Instant::now();
+        let started = began;
         let e = timed.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
         let cancelled = started.elapsed();
         let started = std::time::Instant::now();
         let e2 = waiting.query_one("SELECT next_shard_id(7)", &[]).unwrap_err();
         let gave_up = started.elapsed();
+        let since_attempt = began.elapsed();
         drop(resume);
         assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("57014"), "{e}");
         assert!(cancelled < std::time::Duration::from_secs(5), "cancelled after {cancelled:?}");
         let db = e2.as_db_error().unwrap();
         assert_eq!(db.code().code(), "08001", "{}", db.message());
         assert!(db.detail().unwrap_or_default().contains("timeout expired after 10 s"), "{:?}", db.detail());
-        assert!(cancelled + gave_up >= std::time::Duration::from_secs(9) && gave_up < std::time::Duration::from_secs(15), "gave up after {gave_up:?}");
+        // The attempt the first call began (after `began`) gives up 10 s after it began (CONNECT_TIMEOUT), not before.
+        assert!(since_attempt >= std::time::Duration::from_secs(10), "the attempt gave up {since_attempt:?} after the first call began");
+        assert!(gave_up < std::time::Duration::from_secs(15), "gave up after {gave_up:?}");
         let id: i64 = waiting.query_one("SELECT next_shard_id(7)", &[]).unwrap().get(0);
         assert_eq!(decode(id).1, 7);
     }

@@ -74,6 +74,16 @@ mod citus {
         cluster.coordinator.client().batch_execute("SELECT pg_reload_conf()").unwrap();
         let mut a = cluster.workers[0].client_as("postgres", "app");
         let first = insert(&mut a, 1, "first").unwrap();
+        // The probe's positive control: a call the coordinator serves (a
+        // shard no schema holds, through the other worker) shows in its log,
+        // once the reload took effect.
+        let mut control = cluster.workers[1].client_as("postgres", "app");
+        let logged = forwarded_calls(&cluster.coordinator);
+        eventually(30, "a call the coordinator serves shows in its log", || {
+            control.query_one("SELECT next_shard_id(7)", &[]).unwrap_or_else(|e| panic!("next_shard_id(7): {}", failure(&e)));
+            forwarded_calls(&cluster.coordinator) > logged
+        });
+        drop(control);
         let before = forwarded_calls(&cluster.coordinator);
         let mut ids = vec![first];
         for _ in 0..500 {
@@ -212,10 +222,13 @@ mod citus {
     /// The documented way to remove a node that held schemas: drain it, have
     /// the coordinator hand every registered schema's shard over
     /// (`citus_shard_take` for each), remove and stop it. The new holder and
-    /// the coordinator then mint without it, above every ID it minted.
+    /// the coordinator, with clocks 30 s behind the old holder's, then mint
+    /// without it, above every ID it minted.
     #[test]
     fn a_drained_holder_handed_over_by_the_coordinator_can_be_removed() {
         let mut cluster = cluster_with_tenant("citus_drain", 2);
+        cluster.workers[0].set_clock("+30s");
+        cluster.workers[0].restart();
         let mut a = cluster.workers[0].client_as("postgres", "app");
         let mut before = vec![];
         for _ in 0..300 {
@@ -238,6 +251,12 @@ mod citus {
             after.push(insert(&mut b, 2, "after").unwrap_or_else(|e| panic!("insert {i} through the new holder: {}", failure(&e))));
             after.push(insert(&mut c_app, 0, "after").unwrap_or_else(|e| panic!("insert {i} through the coordinator: {}", failure(&e))));
         }
+        // The new holder's clock, after it minted, is still behind the removed
+        // holder's IDs (an ID of its own shard carries it): its IDs above them
+        // came from the hand-over, not from its clock.
+        let own: i64 = cluster.workers[1].client().query_one("SELECT next_node_id()", &[]).unwrap().get(0);
+        assert_ne!(decode(own).1, 101);
+        assert!(decode(own).0 < decode(top).0 - 20_000, "the new holder's clock {:?} is not behind the removed holder's last ID {:?}", decode(own), decode(top));
         assert!(after.iter().all(|id| *id > top), "an ID of the new holder is not above the removed holder's");
         let all: HashSet<i64> = before.iter().chain(after.iter()).copied().collect();
         assert_eq!(all.len(), before.len() + after.len(), "duplicate IDs");
@@ -391,7 +410,12 @@ mod citus {
             let mut c = other.client_as("postgres", "app");
             let t0 = std::time::Instant::now();
             let r = c.query_one("SELECT next_schema_id('tenant1')", &[]);
-            (sqlstate(r), t0.elapsed())
+            let took = t0.elapsed();
+            let detail = match &r {
+                Err(e) => e.as_db_error().map(|db| format!("{}: {}", db.message(), db.detail().unwrap_or_default())).unwrap_or_else(|| e.to_string()),
+                Ok(_) => String::new(),
+            };
+            (sqlstate(r), took, detail)
         };
         let (first, later) = std::thread::scope(|s| {
             let first = s.spawn(|| call(0));
@@ -399,10 +423,17 @@ mod citus {
             (first.join().unwrap(), later.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>())
         });
         drop(thaw);
-        assert_eq!(first.0, "08001", "the call on the stuck connection");
-        for (code, took) in later {
-            assert_eq!(code, "08001");
-            assert!(took < std::time::Duration::from_secs(23), "a call waited {took:?}");
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(first.0, "08001", "the call on the stuck connection: {}", first.2);
+        assert!(first.2.contains("no answer within 30 s"), "the call on the stuck connection: {}", first.2);
+        assert!(first.1 >= secs(30) && first.1 < secs(36), "the call on the stuck connection ended after {:?}", first.1);
+        for (code, took, detail) in later {
+            assert_eq!(code, "08001", "{detail}");
+            assert!(
+                detail.contains("timeout expired after 10 s") || detail.contains("no connection to it was made within 20 s"),
+                "a later call failed otherwise: {detail}"
+            );
+            assert!(took >= secs(10) && took < secs(23), "a call waited {took:?}: {detail}");
         }
     }
 
@@ -497,7 +528,10 @@ mod citus {
         assert!(taken_back > first);
         let mut app2 = cluster.coordinator.client_as("postgres", "app");
         app2.batch_execute("SET statement_timeout = '10s'").unwrap();
+        let t0 = std::time::Instant::now();
         let other: i64 = app2.query_one("SELECT next_shard_id(101)", &[]).unwrap_or_else(|e| panic!("another session: {}", failure(&e))).get(0);
+        let took = t0.elapsed();
+        assert!(took < std::time::Duration::from_secs(5), "another session waited {took:?} for the open transaction's take-back");
         assert!(other > taken_back);
         app1.batch_execute("ROLLBACK").unwrap();
         make_tenant(&mut c, &a_name);

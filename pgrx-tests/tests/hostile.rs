@@ -456,8 +456,9 @@ fn statements_that_would_queue_on_pg_idgens_relations_are_refused_before_they_lo
     m.batch_execute("SET lock_timeout = '2s'").unwrap();
     // The control: on a table of another owner the same statement queues.
     assert_eq!(sqlstate(m.batch_execute("CREATE RULE r AS ON INSERT TO public.other DO INSTEAD NOTHING")), "55P03");
+    server.client().batch_execute("GRANT CREATE ON DATABASE postgres TO mallory").unwrap();
     m.batch_execute(
-        "CREATE TABLE mal.p (x int) PARTITION BY LIST (x); CREATE INDEX mal_pi ON mal.p (x);
+        "CREATE TABLE mal.p (x int) PARTITION BY LIST (x); CREATE INDEX mal_pi ON mal.p (x); CREATE TABLE mal.q (x int);
          CREATE TABLE mal.shard_schema_registry (x int); SET search_path = mal, public",
     )
     .unwrap();
@@ -479,11 +480,21 @@ fn statements_that_would_queue_on_pg_idgens_relations_are_refused_before_they_lo
         "CREATE TEMP TABLE f (x int, FOREIGN KEY (x) REFERENCES shard_ownership)",
         "ALTER TABLE mal.p ADD FOREIGN KEY (x) REFERENCES shard_releases",
         "ALTER TABLE mal.p ADD COLUMN y int REFERENCES shard_schema_registry",
+        "ALTER TABLE mal.q INHERIT shard_ownership",
+        "CREATE STATISTICS mal.s ON last_value, log_cnt FROM pg_idgen_hwm",
+        // Each table held while the next is waited for.
+        "CREATE PUBLICATION p FOR TABLE pg_idgen_hwm, mal.q",
+        // The catalog every session of this database reads for pg_idgen.
+        "CREATE RULE r AS ON INSERT TO pg_catalog.pg_extension DO INSTEAD NOTHING",
+        "ALTER INDEX pg_catalog.pg_extension_name_index DEPENDS ON EXTENSION pg_idgen",
     ] {
         let e = m.batch_execute(sql).unwrap_err();
         let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
         assert_eq!(db.code().code(), "42501", "{sql}: {db}");
-        assert!(db.message().starts_with("must be owner of ") || db.message().starts_with("permission denied for "), "{sql}: {db}");
+        assert!(
+            ["must be owner of ", "permission denied for ", "permission denied: \"pg_extension"].iter().any(|p| db.message().starts_with(p)),
+            "{sql}: {db}"
+        );
     }
     // Statements whose lock on our relations conflicts with no mint are not
     // refused: a DROP ... IF EXISTS of a trigger that is not there.
@@ -496,11 +507,14 @@ fn statements_that_would_queue_on_pg_idgens_relations_are_refused_before_they_lo
     ] {
         assert_eq!(sqlstate(m.batch_execute(sql)), "ok", "{sql}");
     }
-    // Minting, with nothing queued, does not wait.
+    // Minting, with nothing queued, does not wait (a wait would last until
+    // the holders end, past the 10 s timeout).
     let mut app = server.client_as("postgres", "app");
     app.batch_execute("SET statement_timeout = '10s'").unwrap();
     for sql in ["SELECT next_schema_id('tenant')", "SELECT next_shard_id(5)", "SELECT count(*) FROM shard_schemas"] {
+        let t0 = std::time::Instant::now();
         assert_eq!(sqlstate(app.batch_execute(sql)), "ok", "{sql}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5), "{sql} waited {:?}", t0.elapsed());
     }
     // The owner and superusers are not checked by the guard.
     admin.batch_execute("ROLLBACK; CREATE RULE r AS ON INSERT TO shard_releases DO ALSO NOTHING; DROP RULE r ON shard_releases").unwrap();
