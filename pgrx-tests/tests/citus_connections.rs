@@ -239,6 +239,33 @@ mod citus {
         c.query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen forwarder'", &[]).unwrap().get(0)
     }
 
+    /// The worker's forwarder stopped (SIGSTOP), as a process that hangs
+    /// would be: a call through it waits at most 95 s in all for its answer
+    /// (docs/limits.md), then fails (08001) naming the wait; the forwarder
+    /// let go on, the next call mints.
+    #[test]
+    fn a_call_through_a_forwarder_that_does_not_answer_waits_at_most_95_s() {
+        let cluster = Cluster::start("citus_backstop", 1, &[]);
+        let worker = &cluster.workers[0];
+        let mut w = worker.client();
+        let first = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        let pid = forwarder_pid(&mut worker.client()).to_string();
+        let signal = |sig: &str| std::process::Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(signal("-STOP").success());
+        let t0 = Instant::now();
+        let outcome = mint(&mut w);
+        let took = t0.elapsed();
+        assert!(signal("-CONT").success());
+        let e = outcome.expect_err("a call through a stopped forwarder failed");
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(db.code().code(), "08001", "{db}");
+        let said = format!("{} {}", db.message(), db.detail().unwrap_or_default());
+        assert!(said.contains("did not answer within 95 s"), "{said}");
+        assert!(took >= Duration::from_secs(95) && took < Duration::from_secs(105), "{took:?}");
+        let next = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
+        assert!(next > first);
+    }
+
     /// The worker is allowed 1 connection to the coordinator, and the
     /// coordinator's session serving it is stopped (SIGSTOP): a call sent on
     /// it waits for its answer; another waits its turn and gives up after
