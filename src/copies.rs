@@ -165,11 +165,16 @@ fn ask(conninfo: &str) -> Result<Found, (String, String)> {
         handlers::set(libc::SIGINT, handlers::StatementCancelHandler);
         handlers::set(libc::SIGTERM, handlers::die);
         let timer = Timer::start(ASK_TIMEOUT);
+        let began = std::time::Instant::now();
         let ctx = pg_sys::CurrentMemoryContext;
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         let outcome = PgTryBuilder::new(std::panic::AssertUnwindSafe(|| walsender(conninfo, &server)))
-            .catch_others(|e| Err(caught(e)))
+            .catch_others(|e| match began.elapsed() >= ASK_TIMEOUT {
+                // The timer's cancel.
+                true => Err(format!("no answer within {} s", ASK_TIMEOUT.as_secs())),
+                false => Err(caught(e)),
+            })
             .execute();
         drop(timer);
         // A cancel the timer sent after the answer came is not ours to act on.
@@ -258,12 +263,7 @@ fn walsender(conninfo: &str, server: &std::cell::RefCell<String>) -> Result<Foun
     // PGAPPNAME would otherwise win.
     // SAFETY: a plain global of this process.
     let name = format!("pg_idgen_copy_check_{}_{}", unsafe { pg_sys::MyProcPid }, clock::unix_us());
-    let conninfo = match conninfo.trim_start() {
-        uri if uri.starts_with("postgresql://") || uri.starts_with("postgres://") => {
-            format!("{uri}{}application_name={name}", if uri.contains('?') { '&' } else { '?' })
-        }
-        keywords => format!("{keywords} application_name={name}"),
-    };
+    let conninfo = with_own_name(conninfo, &name);
     let info = CString::new(conninfo).map_err(|_| "primary_conninfo holds a NUL byte".to_string())?;
     let mut err: *mut c_char = std::ptr::null_mut();
     // SAFETY: PostgreSQL's walreceiver library, loaded as the walreceiver
@@ -318,6 +318,29 @@ fn walsender(conninfo: &str, server: &std::cell::RefCell<String>) -> Result<Foun
 unsafe fn guarded<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: the caller's; this is the backend's main thread.
     unsafe { pg_sys::submodules::ffi::pg_guard_ffi_boundary(f) }
+}
+
+/// `conninfo` with `application_name=name` after everything in it, where
+/// libpq reads it last. In a URI, the parameters follow the first `?` after
+/// the host (a `?` in the user's password comes before the `@`); in the
+/// keyword form, a last lone backslash (which libpq ignores at the end)
+/// would escape the separating space, so it goes.
+fn with_own_name(conninfo: &str, name: &str) -> String {
+    let c = conninfo.trim();
+    match ["postgresql://", "postgres://"].iter().find_map(|s| c.strip_prefix(s).map(|rest| (s.len(), rest))) {
+        Some((scheme, rest)) => {
+            let host = match rest.find(['@', '/']) {
+                Some(i) if rest.as_bytes()[i] == b'@' => scheme + i + 1,
+                _ => scheme,
+            };
+            format!("{c}{}application_name={name}", if c[host..].contains('?') { '&' } else { '?' })
+        }
+        None => {
+            let trailing = c.len() - c.trim_end_matches('\\').len();
+            let c = if trailing % 2 == 1 { &c[..c.len() - 1] } else { c };
+            format!("{c} application_name={name}")
+        }
+    }
 }
 
 /// Whether this server has a replication session named `name`: the one
@@ -383,4 +406,25 @@ fn id_generator_copies() -> TableIterator<
     }
     let at = timestamptz(layout::timestamptz_of_ms(seen.at_us.div_euclid(1000), 0));
     TableIterator::once((at, untext(&seen.server), seen.state.name().to_string(), untext(&seen.detail)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_own_name;
+
+    #[test]
+    fn the_own_name_is_read_last_whatever_the_form() {
+        let n = "pg_idgen_copy_check_1_2";
+        for (conninfo, expected) in [
+            ("host=a port=5432", "host=a port=5432 application_name=pg_idgen_copy_check_1_2"),
+            ("host=a application_name=x\\", "host=a application_name=x application_name=pg_idgen_copy_check_1_2"),
+            ("host=a password=p\\\\", "host=a password=p\\\\ application_name=pg_idgen_copy_check_1_2"),
+            ("postgresql://u:pa?ss@h:1/db", "postgresql://u:pa?ss@h:1/db?application_name=pg_idgen_copy_check_1_2"),
+            ("postgresql://u@h/db?sslmode=disable", "postgresql://u@h/db?sslmode=disable&application_name=pg_idgen_copy_check_1_2"),
+            ("postgres://h:1", "postgres://h:1?application_name=pg_idgen_copy_check_1_2"),
+            ("postgresql:///db?host=/tmp", "postgresql:///db?host=/tmp&application_name=pg_idgen_copy_check_1_2"),
+        ] {
+            assert_eq!(with_own_name(conninfo, n), expected, "{conninfo}");
+        }
+    }
 }
