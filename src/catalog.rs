@@ -515,9 +515,7 @@ pub fn lock_schema(name: &str) -> Option<pg_sys::Oid> {
 /// end of the transaction.
 pub fn lock_to_change(name: &CStr, acl: u32) -> pg_sys::Oid {
     let rel = relation(name).ok_or(IdError::NotInstalled).or_raise();
-    // SAFETY: an ACL check of an existing relation for the current user.
-    let ok = unsafe { pg_sys::pg_class_aclcheck(rel, pg_sys::GetUserId(), acl as pg_sys::AclMode) };
-    if ok != pg_sys::AclResult::ACLCHECK_OK {
+    if !has_privilege(rel, acl) {
         IdError::PermissionDenied(name.to_string_lossy().into_owned()).raise()
     }
     lock(rel, pg_sys::ShareUpdateExclusiveLock);

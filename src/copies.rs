@@ -274,29 +274,35 @@ fn walsender(conninfo: &str, server: &std::cell::RefCell<String>) -> Result<Foun
     unsafe {
         pg_sys::load_file(c"libpqwalreceiver".as_ptr(), false);
         let f = &*pg_sys::WalReceiverFunctions;
+        let missing = || "the walreceiver library left its function table incomplete".to_string();
+        let (Some(connect), Some(senderinfo), Some(identify), Some(exec), Some(disconnect)) =
+            (f.walrcv_connect, f.walrcv_get_senderinfo, f.walrcv_identify_system, f.walrcv_exec, f.walrcv_disconnect)
+        else {
+            return Err(missing());
+        };
         let appname = c"pg_idgen copy check".as_ptr();
         #[cfg(feature = "pg15")]
-        let conn = guarded(|| f.walrcv_connect.unwrap()(info.as_ptr(), false, appname, &mut err));
+        let conn = guarded(|| connect(info.as_ptr(), false, appname, &mut err));
         #[cfg(feature = "pg16")]
-        let conn = guarded(|| f.walrcv_connect.unwrap()(info.as_ptr(), false, false, appname, &mut err));
+        let conn = guarded(|| connect(info.as_ptr(), false, false, appname, &mut err));
         #[cfg(any(feature = "pg17", feature = "pg18"))]
-        let conn = guarded(|| f.walrcv_connect.unwrap()(info.as_ptr(), true, false, false, appname, &mut err));
+        let conn = guarded(|| connect(info.as_ptr(), true, false, false, appname, &mut err));
         if conn.is_null() {
             return Err(if err.is_null() { "could not connect".into() } else { CStr::from_ptr(err).to_string_lossy().trim_end().to_string() });
         }
         let (mut host, mut port) = (std::ptr::null_mut(), 0);
-        guarded(|| f.walrcv_get_senderinfo.unwrap()(conn, &mut host, &mut port));
+        guarded(|| senderinfo(conn, &mut host, &mut port));
         if !host.is_null() {
             *server.borrow_mut() = format!("{}:{port}", CStr::from_ptr(host).to_string_lossy());
         }
         if itself(&name) {
-            guarded(|| f.walrcv_disconnect.unwrap()(conn));
+            guarded(|| disconnect(conn));
             return Ok((State::Itself, server.borrow().clone(), "primary_conninfo names this server".into()));
         }
         let mut tli = 0;
-        let system = CStr::from_ptr(guarded(|| f.walrcv_identify_system.unwrap()(conn, &mut tli))).to_string_lossy().into_owned();
-        let recovering = show(f, conn, c"SHOW in_hot_standby");
-        guarded(|| f.walrcv_disconnect.unwrap()(conn));
+        let system = CStr::from_ptr(guarded(|| identify(conn, &mut tli))).to_string_lossy().into_owned();
+        let recovering = show(exec, conn, c"SHOW in_hot_standby");
+        guarded(|| disconnect(conn));
         let recovering = recovering?;
         let ours = pg_sys::GetSystemIdentifier().to_string();
         let server = server.borrow().clone();
@@ -356,13 +362,17 @@ fn itself(name: &str) -> bool {
 /// The one text value a replication command answers.
 ///
 /// # Safety
-/// `conn` is a live walreceiver connection of `f`.
-unsafe fn show(f: &pg_sys::WalReceiverFunctionsType, conn: *mut pg_sys::WalReceiverConn, command: &CStr) -> Result<String, String> {
+/// `conn` is a live walreceiver connection of `exec`'s library.
+unsafe fn show(
+    exec: unsafe extern "C-unwind" fn(*mut pg_sys::WalReceiverConn, *const c_char, i32, *const pg_sys::Oid) -> *mut pg_sys::WalRcvExecResult,
+    conn: *mut pg_sys::WalReceiverConn,
+    command: &CStr,
+) -> Result<String, String> {
     let types = [pg_sys::TEXTOID];
     // SAFETY: the caller's; the result's tuple store is read with a slot of
     // its own descriptor and everything is freed with the (sub)transaction.
     unsafe {
-        let res = guarded(|| f.walrcv_exec.unwrap()(conn, command.as_ptr(), 1, types.as_ptr()));
+        let res = guarded(|| exec(conn, command.as_ptr(), 1, types.as_ptr()));
         if (*res).status != pg_sys::WalRcvExecStatus::WALRCV_OK_TUPLES {
             let err = (*res).err;
             return Err(if err.is_null() { format!("{command:?} failed") } else { CStr::from_ptr(err).to_string_lossy().trim_end().to_string() });
