@@ -196,7 +196,7 @@ pub enum IdError {
     CitusReservedSlots { reserved: i32, settings: &'static str },
     /// The Citus node that mints does not let the current role execute the function.
     CitusNoExecute { function: &'static str, node: String, role: String },
-    /// This server's forwarder keeps the most connections allowed to a node.
+    /// This server's sessions keep the most connections allowed to a node.
     CitusTooManyConnections { node: String, function: &'static str, limit: u32, waited_s: u64 },
     /// An error another Citus node raised, raised again as it was there.
     Relayed { sqlstate: String, message: String, detail: Option<String>, hint: Option<String> },
@@ -637,7 +637,7 @@ impl IdError {
             ),
             CitusTooManyConnections { node, function, limit, waited_s } => (
                 format!("{function} found no free connection to the Citus node at {node}"),
-                Some(format!("This server's forwarder keeps at most {limit} connections open to that node (pg_idgen.citus_max_connections_per_node), and none came free for this call within {waited_s} s.")),
+                Some(format!("This server's sessions keep at most {limit} connections open to that node together (pg_idgen.citus_max_connections_per_node), and none came free for this call within {waited_s} s.")),
                 Some("Raise pg_idgen.citus_max_connections_per_node, or mint through the node that holds the data.".into()),
             ),
             Relayed { message, detail, hint, .. } => (message.clone(), detail.clone(), hint.clone()),

@@ -18,7 +18,7 @@ static mut FORWARDED: c_int = 0;
 
 /// Defines `pg_idgen.forwarded`, whether or not the library is preloaded (a
 /// node whose library predates it refuses a session that sets it). Only a
-/// superuser may set it, at connection start (the forwarder connects as the
+/// superuser may set it, at connection start (pg_idgen connects as the
 /// extension's owner): an ordinary role cannot pose as a forwarded session.
 pub fn register_settings() {
     // SAFETY: defines a setting whose variable is a static of this library,

@@ -1,26 +1,34 @@
 //! Calls to other nodes of the cluster, over libpq: the one Citus itself
 //! loaded (`citus.so` links it), found with `dlopen`; pg_idgen does not
-//! link it. Every connection is made as the extension's owner (a superuser,
-//! as Citus's own metadata sessions are), in the same database, with
-//! Citus's own `citus.node_conninfo` and the owner's entry in
-//! `pg_dist_authinfo`: no application role needs a password on another
-//! node. Minting goes through the server's forwarder (see [`forwarder`],
-//! which uses the steps below without blocking); the statements of a
-//! hand-over, rare, run here on a connection of the backend's own
-//! ([`call`]). Every wait can be cancelled and is bounded: connecting by
-//! [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
+//! link it. A session calls another node over a connection of its own,
+//! made as the extension's owner (a superuser, as Citus's own metadata
+//! sessions are), in the same database, with Citus's own
+//! `citus.node_conninfo` and the owner's entry in `pg_dist_authinfo`: no
+//! application role needs a password on another node. Minting and the
+//! steps of a hand-over go the same way ([`mint`], [`call`]).
 //!
-//! [`forwarder`]: super::forwarder
+//! The server's sessions together keep at most
+//! `pg_idgen.citus_max_connections_per_node` connections to any one node,
+//! counted in shared memory as Citus counts its own (see `core::pool`): a
+//! call waits its turn at most [`WAIT`] (53300), and a session whose call
+//! ends while another waits for the node closes its connection; otherwise
+//! it keeps it until the other node ends it, idle for [`IDLE`]. Every wait
+//! can be cancelled and is bounded: a turn by [`WAIT`], connecting by
+//! [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::{Duration, Instant};
 
+use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory};
 
 use super::admission;
 use super::metadata::{self, Addr};
 use crate::backend::BackendLocal;
 use crate::catalog;
+use crate::clock;
+use crate::core::pool::{Pool, Turn};
 use crate::errors::IdError;
 
 /// The `application_name` of the sessions pg_idgen opens on other nodes.
@@ -33,13 +41,68 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `statement_timeout` for the call is the same).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long another node keeps an unused session of a backend's own
-/// connection (`idle_session_timeout`), so that idle backends here do not
-/// each hold one of its connections.
-const IDLE: Duration = Duration::from_secs(2);
+/// How long another node keeps a session of ours unused
+/// (`idle_session_timeout`), so that idle sessions here do not hold its
+/// connections.
+pub const IDLE: Duration = Duration::from_secs(2);
 
-/// The most connections a backend keeps open for hand-overs (one per node).
+/// How much longer than [`IDLE`] a connection is counted: the other node's
+/// session takes a moment to end.
+const MARGIN: Duration = Duration::from_millis(250);
+
+/// How long a call waits for a turn at a node before it fails with 53300.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The most connections a session keeps open (one per node).
 const MAX_CONNECTIONS: usize = 4;
+
+/// The most connections this server's sessions keep to one other node.
+static MAX_PER_NODE: GucSetting<i32> = GucSetting::<i32>::new(16);
+
+/// Defines `pg_idgen.citus_max_connections_per_node`, preloaded or not.
+pub fn register_settings() {
+    GucRegistry::define_int_guc(
+        c"pg_idgen.citus_max_connections_per_node",
+        c"How many connections this server's sessions keep open to any one other Citus node to mint there, all together.",
+        c"A call waits its turn at most 10 s; a session whose call ends while another waits closes its connection.",
+        &MAX_PER_NODE,
+        1,
+        64,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+}
+
+/// The connections counted per node: the table of `core::pool`.
+#[derive(Default)]
+struct Table(Pool);
+
+// SAFETY: plain data, no pointers.
+unsafe impl PGRXSharedMemory for Table {}
+
+// SAFETY: the name is pg_idgen's own.
+static TABLE: PgLwLock<Table> = unsafe { PgLwLock::new(c"pg_idgen connections") };
+
+/// Requests the table's shared memory; called while preloading, with Citus.
+pub fn init() {
+    pgrx::pg_shmem_init!(TABLE);
+}
+
+/// Monotonic milliseconds, the same in every process.
+fn now_ms() -> i64 {
+    (clock::coarse_ns() / 1_000_000) as i64
+}
+
+fn my_pid() -> i32 {
+    // SAFETY: a plain global of the process.
+    unsafe { pg_sys::MyProcPid }
+}
+
+/// A hash of a node's address: the connections to it are counted together.
+/// Two nodes sharing a hash share a count (a tighter bound, never a looser).
+fn node_key(addr: &Addr) -> u64 {
+    addr.describe().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
 
 /// Rows of text, as a node answered them.
 pub type Rows = Vec<Vec<Option<String>>>;
@@ -141,10 +204,8 @@ pub fn conninfo(addr: &Addr, idle: Duration) -> String {
     )
 }
 
-// ---- the steps of a call, none of which waits ----------------------------------------
-
 /// Starts connecting with conninfo `info`.
-pub fn connect_start(info: &CStr) -> Result<*mut c_void, String> {
+fn connect_start(info: &CStr) -> Result<*mut c_void, String> {
     let l = libpq();
     // SAFETY: libpq's non-blocking connect; a connection it reports bad is
     // finished here.
@@ -164,7 +225,7 @@ pub fn connect_start(info: &CStr) -> Result<*mut c_void, String> {
 
 /// One step of libpq's connection sequence, its socket being ready: None
 /// once connected, else whether to wait to write (or to read).
-pub fn connect_poll(conn: *mut c_void) -> Result<Option<bool>, String> {
+fn connect_poll(conn: *mut c_void) -> Result<Option<bool>, String> {
     let l = libpq();
     // SAFETY: a live connection from connect_start.
     match unsafe { (l.connect_poll)(conn) } {
@@ -177,7 +238,7 @@ pub fn connect_poll(conn: *mut c_void) -> Result<Option<bool>, String> {
 }
 
 /// The connection's socket (-1 for none).
-pub fn socket(conn: *mut c_void) -> c_int {
+fn socket(conn: *mut c_void) -> c_int {
     if conn.is_null() {
         return -1;
     }
@@ -186,7 +247,7 @@ pub fn socket(conn: *mut c_void) -> c_int {
 }
 
 /// Sends the preparation of minting statement `k` (see [`mint_statement`]), `sql`.
-pub fn send_prepare(conn: *mut c_void, k: usize, sql: &str) -> Result<(), String> {
+fn send_prepare(conn: *mut c_void, k: usize, sql: &str) -> Result<(), String> {
     let l = libpq();
     let sql = CString::new(sql).unwrap_or_default();
     // SAFETY: a live connection with nothing in flight; the arrays outlive the call.
@@ -196,17 +257,6 @@ pub fn send_prepare(conn: *mut c_void, k: usize, sql: &str) -> Result<(), String
             _ => Ok(()),
         }
     }
-}
-
-/// Sends prepared minting statement `k` with text parameters `params`.
-pub fn send_prepared(conn: *mut c_void, k: usize, params: &[String]) -> Result<(), String> {
-    send_with(conn, STATEMENT_NAMES[k], true, params)
-}
-
-/// Sends statement `sql` with text parameters.
-fn send_statement(conn: *mut c_void, sql: &str, params: &[String]) -> Result<(), String> {
-    let sql = CString::new(sql).unwrap_or_default();
-    send_with(conn, &sql, false, params)
 }
 
 /// Sends `text`, a prepared statement's name or (not `prepared`) SQL, with text parameters.
@@ -234,7 +284,7 @@ fn send_with(conn: *mut c_void, text: &CStr, prepared: bool, params: &[String]) 
 /// Reads what arrived for the command in flight: None while its answer is
 /// incomplete, else its rows (none for a preparation) or what failed; every
 /// result is cleared.
-pub fn read(conn: *mut c_void) -> Option<Result<Rows, Failure>> {
+fn read(conn: *mut c_void) -> Option<Result<Rows, Failure>> {
     let l = libpq();
     // SAFETY: a live connection; every result is read below its counts and cleared.
     unsafe {
@@ -268,37 +318,104 @@ pub fn read(conn: *mut c_void) -> Option<Result<Rows, Failure>> {
     }
 }
 
-/// Whether an idle connection is still open (reading what arrived unasked).
-pub fn alive(conn: *mut c_void) -> bool {
-    let l = libpq();
-    // SAFETY: a live connection with nothing in flight.
-    unsafe { (l.consume_input)(conn) != 0 && (l.status)(conn) == CONNECTION_OK }
-}
-
 /// Closes a connection.
-pub fn finish(conn: *mut c_void) {
+fn finish(conn: *mut c_void) {
     // SAFETY: a connection libpq made and nobody else holds.
     unsafe { (libpq().finish)(conn) };
 }
 
-// ---- a backend's own connections, for the hand-over ---------------------------------
+/// Closes a connection and waits, at most 1 s, until the other node's
+/// session has ended: its socket closes only once the session has left the
+/// node's process table (`socket_close` runs at `proc_exit`, after
+/// `ProcKill`), so a session that takes the turn given up after this does
+/// not find that one still there.
+fn finish_and_wait(conn: *mut c_void) {
+    // SAFETY: duplicates the socket of a live connection; the copy is ours.
+    let fd = unsafe { libc::dup(socket(conn)) };
+    finish(conn);
+    if fd < 0 {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let events = (pg_sys::WL_SOCKET_READABLE | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as c_int;
+    let mut buf = [0u8; 256];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as std::ffi::c_long;
+        // SAFETY: waits on our own copy of the socket (no latch: nothing else is waited for).
+        let happened = unsafe { pg_sys::WaitLatchOrSocket(std::ptr::null_mut(), events, fd, left.max(1), pg_sys::PG_WAIT_EXTENSION) };
+        if left == 0 || happened & pg_sys::WL_SOCKET_READABLE as c_int == 0 {
+            break;
+        }
+        // SAFETY: reads into a local buffer from our own socket, without blocking.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n == 0 || n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+            break;
+        }
+    }
+    // SAFETY: our own copy of the socket, closed once.
+    unsafe { libc::close(fd) };
+}
+
+// ---- a call ------------------------------------------------------------------------
+
+/// `n` IDs of a logical shard (`schema` false, `value` its number) or of a
+/// schema's, minted by the node at `addr` in the order it minted them, for
+/// a call of `function` (`checked` its signature: see [`mint_statement`]).
+/// `what` names the node for an error.
+pub fn mint(addr: &Addr, schema: bool, value: &str, n: u32, function: &'static str, checked: &str, what: &dyn Fn() -> String) -> Vec<i64> {
+    // The role the call is made for: the current one, or in a session
+    // another node opened, the one that node named.
+    let role = admission::forwarded_for()
+        // SAFETY: the current role's name, copied at once.
+        .unwrap_or_else(|| unsafe { CStr::from_ptr(pg_sys::GetUserNameFromId(pg_sys::GetUserId(), false)) }.to_string_lossy().into_owned());
+    let params = [value.to_string(), n.to_string(), role.clone(), checked.to_string()];
+    let rows = run(addr, Statement::Mint(schema as usize), &params, function, what);
+    let ids: Vec<i64> = rows.iter().filter_map(|r| r.first().cloned().flatten()).filter_map(|v| v.parse().ok()).collect();
+    match ids.len() {
+        0 if rows.is_empty() => IdError::CitusNoExecute { function, node: addr.describe(), role }.raise(),
+        l if l == n as usize && l == rows.len() => ids,
+        l => IdError::Internal(format!("another node returned {l} IDs of {n}")).raise(),
+    }
+}
 
 /// Has `addr` run `sql` with text parameters as the extension's owner, with
-/// the rows of text it answers; reconnects once if the connection broke (a
-/// step that reached the node but whose answer was lost is repeated: every
-/// step of a hand-over can be). `what` names the node for an error.
+/// the rows of text it answers (a step of a hand-over: every step can be
+/// repeated). `what` names the node for an error.
 pub fn call(addr: &Addr, sql: &str, params: &[String], function: &'static str, what: &dyn Fn() -> String) -> Rows {
+    run(addr, Statement::Sql(sql), params, function, what)
+}
+
+enum Statement<'a> {
+    /// Minting statement `k` (see [`mint_statement`]), prepared once per connection.
+    Mint(usize),
+    Sql(&'a str),
+}
+
+/// Runs `statement` at `addr` over this session's connection to it, made
+/// in its turn if needed; connects once more if the connection broke (a
+/// statement that reached the node but whose answer was lost is run again:
+/// minting then skips the IDs of the lost answer, never repeats one).
+fn run(addr: &Addr, statement: Statement<'_>, params: &[String], function: &'static str, what: &dyn Fn() -> String) -> Rows {
+    let node = node_key(addr);
     let info = conninfo(addr, IDLE);
     let unreachable = |why: String| -> ! { IdError::CitusUnreachable { what: what(), node: addr.describe(), function, why }.raise() };
     let mut retried = false;
     loop {
-        let conn = connection(&info).unwrap_or_else(|why| unreachable(why));
-        let pending = Pending(&info);
-        let outcome = send_statement(conn, sql, params).map_err(Failure::Broken).and_then(|()| answer(conn));
+        // Given up (the connection closed, the turn left) unless done.
+        let pending = Pending(node);
+        let conn = connection(addr, node, &info, function).unwrap_or_else(|why| unreachable(why));
+        let outcome = send(conn, node, &statement, params).map_err(Failure::Broken).and_then(|()| answer(conn));
         match outcome {
             Ok(rows) => {
                 pending.done();
                 return rows;
+            }
+            // A cancel on the node called (an administrator's there, or its
+            // statement timeout) is not the caller's own: the call failed
+            // there, not here.
+            Err(Failure::Remote(e)) if e.sqlstate == "57014" => {
+                pending.done();
+                unreachable(format!("{} (on the node called)", e.message))
             }
             Err(Failure::Remote(e)) => {
                 pending.done();
@@ -315,68 +432,140 @@ pub fn call(addr: &Addr, sql: &str, params: &[String], function: &'static str, w
     }
 }
 
-/// A connection to a node, kept from the moment libpq makes it, so that an
-/// error or cancel raised while it is opened or used leaves it to be
-/// finished, not leaked.
+/// Sends `statement` on `conn`, preparing a minting statement first if
+/// this connection has not.
+fn send(conn: *mut c_void, node: u64, statement: &Statement<'_>, params: &[String]) -> Result<(), String> {
+    let k = match statement {
+        Statement::Sql(sql) => return send_with(conn, &CString::new(*sql).unwrap_or_default(), false, params),
+        Statement::Mint(k) => *k,
+    };
+    let prepared = CONNECTIONS.borrow_mut().iter().any(|c| c.node == node && c.prepared[k]);
+    if !prepared {
+        send_prepare(conn, k, &mint_statement(k == 1))?;
+        answer(conn).map_err(Failure::why)?;
+        CONNECTIONS.borrow_mut().iter_mut().filter(|c| c.node == node).for_each(|c| c.prepared[k] = true);
+    }
+    send_with(conn, STATEMENT_NAMES[k], true, params)
+}
+
+/// A connection of this session's, to one node.
 struct Connection {
+    node: u64,
     info: String,
     conn: *mut c_void,
+    prepared: [bool; 2],
 }
 
-/// The backend's connections, the most recently used last.
+/// The session's connections, the most recently made last.
 static CONNECTIONS: BackendLocal<Vec<Connection>> = BackendLocal::new(Vec::new());
 
-/// Closes the backend's connection for `info`, if any.
-fn drop_connection(info: &str) {
-    let mut all = CONNECTIONS.borrow_mut();
-    let gone = all.iter().position(|c| c.info == info).map(|i| all.remove(i));
-    drop(all);
-    gone.into_iter().for_each(|c| finish(c.conn));
+/// Closes this session's connection to `node`, if any, and then gives its
+/// turn there up.
+fn drop_connection(node: u64) {
+    close(node);
+    TABLE.exclusive().0.leave(my_pid(), node);
 }
 
-/// Closes the connection for `info` unless [`Pending::done`] is called
-/// first: a cancel or an error while it is in use (an answer nobody will
-/// read) closes it.
-struct Pending<'a>(&'a str);
+/// Gives the connection to a node and the turn there up unless
+/// [`Pending::done`] is called first: an error or a cancel while a turn is
+/// awaited or a connection made or used (an answer nobody will read).
+struct Pending(u64);
 
-impl Pending<'_> {
+impl Pending {
+    /// The call is over: the connection is kept until the other node ends
+    /// it, or closed now if another session waits for the node (the turn is
+    /// given up once the other node's session has ended).
     fn done(self) {
+        let node = self.0;
         std::mem::forget(self);
+        if !TABLE.exclusive().0.done(my_pid(), node, now_ms(), (IDLE + MARGIN).as_millis() as i64) {
+            drop_connection(node);
+        }
     }
 }
 
-impl Drop for Pending<'_> {
+impl Drop for Pending {
     fn drop(&mut self) {
         drop_connection(self.0);
     }
 }
 
-/// The open connection for `info`, made if needed; every wait in it can be
-/// cancelled.
-fn connection(info: &str) -> Result<*mut c_void, String> {
-    {
-        let mut all = CONNECTIONS.borrow_mut();
-        if let Some(i) = all.iter().position(|c| c.info == info) {
-            let c = all.remove(i);
-            // SAFETY: reads the status of a live connection.
-            if unsafe { (libpq().status)(c.conn) } == CONNECTION_OK {
-                let conn = c.conn;
-                all.push(c);
-                return Ok(conn);
+/// This session's open connection to `node` for `info`, kept or made in its
+/// turn (waited for at most [`WAIT`], then 53300); every wait in it can be
+/// cancelled. A node that refuses the connection for want of slots is
+/// shared by turns on the connections this server's sessions have there
+/// (see `Pool::refused`); past [`WAIT`], the refusal is the call's error.
+fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Result<*mut c_void, String> {
+    register_callbacks_once();
+    let limit = MAX_PER_NODE.get().max(1) as usize;
+    let start = Instant::now();
+    let mut refusal = None;
+    loop {
+        let turn = TABLE.exclusive().0.ask(my_pid(), node, limit, now_ms());
+        match turn {
+            Turn::Kept => {
+                let all = CONNECTIONS.borrow_mut();
+                // SAFETY: reads the status of a live connection.
+                if let Some(c) = all.iter().find(|c| c.node == node && c.info == info && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK) {
+                    return Ok(c.conn);
+                }
             }
-            drop(all);
-            finish(c.conn);
+            Turn::Granted => {}
+            Turn::Wait if start.elapsed() < WAIT => {
+                nap();
+                continue;
+            }
+            Turn::Wait => {
+                if let Some(why) = refusal {
+                    return Err(why);
+                }
+                let limit = limit as u32;
+                IdError::CitusTooManyConnections { node: addr.describe(), function, limit, waited_s: WAIT.as_secs() }.raise()
+            }
+        }
+        match connect(node, info) {
+            Err(why) if out_of_slots(&why) && start.elapsed() < WAIT => {
+                close(node);
+                TABLE.exclusive().0.refused(my_pid(), node, now_ms(), now_ms() + 5_000);
+                refusal = Some(why);
+                nap();
+            }
+            made => return made,
         }
     }
+}
+
+/// Whether a node refused a connection for want of slots (PostgreSQL's
+/// wordings, and pg_idgen's own in `admission`).
+fn out_of_slots(why: &str) -> bool {
+    ["too many clients already", "remaining connection slots are reserved"].iter().any(|w| why.contains(w))
+}
+
+/// Closes this session's connection to `node`, if any, once the other
+/// node's session has ended (see [`finish_and_wait`]).
+fn close(node: u64) {
+    let mut all = CONNECTIONS.borrow_mut();
+    let gone = all.iter().position(|c| c.node == node).map(|i| all.remove(i));
+    drop(all);
+    gone.into_iter().for_each(|c| finish_and_wait(c.conn));
+}
+
+/// Connects to `node` with `info` in this session's turn there, closing the
+/// session's connection to it that is not usable (the node ended it, idle,
+/// or it was made with another conninfo), and its oldest connection if it
+/// has as many as it keeps.
+fn connect(node: u64, info: &str) -> Result<*mut c_void, String> {
+    close(node);
     let oldest = {
         let mut all = CONNECTIONS.borrow_mut();
         (all.len() >= MAX_CONNECTIONS).then(|| all.remove(0))
     };
-    oldest.into_iter().for_each(|c| finish(c.conn));
-    register_callbacks_once();
+    if let Some(c) = oldest {
+        finish_and_wait(c.conn);
+        TABLE.exclusive().0.leave(my_pid(), c.node);
+    }
     let conn = connect_start(&CString::new(info).unwrap_or_default())?;
-    CONNECTIONS.borrow_mut().push(Connection { info: info.to_owned(), conn });
-    let pending = Pending(info);
+    CONNECTIONS.borrow_mut().push(Connection { node, info: info.to_owned(), conn, prepared: [false; 2] });
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut writing = true;
     loop {
@@ -385,12 +574,22 @@ fn connection(info: &str) -> Result<*mut c_void, String> {
             return Err(format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs()));
         }
         match connect_poll(conn)? {
-            None => break,
+            None => return Ok(conn),
             Some(w) => writing = w,
         }
     }
-    pending.done();
-    Ok(conn)
+}
+
+/// Sleeps on this backend's latch for a few milliseconds, then raises a
+/// pending cancel or termination.
+fn nap() {
+    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as c_int;
+    // SAFETY: waits on and resets this backend's own latch.
+    unsafe {
+        pg_sys::WaitLatch(pg_sys::MyLatch, events, 5, pg_sys::PG_WAIT_EXTENSION);
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    pg_sys::check_for_interrupts!();
 }
 
 /// Waits for the answer to the command sent on `conn`, at most ANSWER_TIMEOUT.
@@ -427,14 +626,16 @@ fn register_callbacks_once() {
     static REGISTERED: BackendLocal<bool> = BackendLocal::new(false);
     if !REGISTERED.get() {
         REGISTERED.set(true);
-        // SAFETY: registers a callback that only closes our connections.
-        unsafe { pg_sys::on_proc_exit(Some(close_at_exit), pg_sys::Datum::from(0)) };
+        // SAFETY: registers a callback that closes our connections and
+        // frees our entries of the table, before shared memory is left.
+        unsafe { pg_sys::before_shmem_exit(Some(close_at_exit), pg_sys::Datum::from(0)) };
     }
 }
 
 unsafe extern "C-unwind" fn close_at_exit(_code: c_int, _arg: pg_sys::Datum) {
     let all = std::mem::take(&mut *CONNECTIONS.borrow_mut());
-    all.into_iter().for_each(|c| finish(c.conn));
+    all.into_iter().for_each(|c| finish_and_wait(c.conn));
+    TABLE.exclusive().0.exit(my_pid());
 }
 
 fn message(p: *const c_char) -> String {

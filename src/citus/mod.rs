@@ -8,8 +8,8 @@
 //! nodes would mint the same logical shard in the same millisecond. So one
 //! node mints each, as [`route::decide`] says from what this node knows
 //! (Citus's metadata, which every node has, and the hand-over record). A
-//! call entering elsewhere is sent to that node by the server's forwarder
-//! (see [`forwarder`]), and answers what it answered; a statement minting
+//! call entering elsewhere is sent to that node over the session's own
+//! connection (see [`libpq`]), and answers what it answered; a statement minting
 //! many rows takes them in blocks (see [`Block`]). When a schema's
 //! placement moves, the new holder takes the shard over before it mints
 //! (see [`handover`]): its first ID is above the old holder's last.
@@ -28,7 +28,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use pgrx::prelude::*;
 
 mod admission;
-mod forwarder;
 mod handover;
 mod libpq;
 mod metadata;
@@ -57,7 +56,7 @@ pub fn init() {
     let citus = unsafe { !pg_sys::GetConfigOption(c"citus.node_conninfo".as_ptr(), true, false).is_null() };
     PRELOADED.store(citus, Ordering::Relaxed);
     if citus {
-        forwarder::init();
+        libpq::init();
         // SAFETY: chains the previous hook, in the postmaster before any backend starts.
         unsafe {
             PREV_ANALYZE = pg_sys::post_parse_analyze_hook;
@@ -67,10 +66,10 @@ pub fn init() {
 }
 
 /// Defines `pg_idgen.forwarded` (see [`admission`]) and
-/// `pg_idgen.citus_max_connections_per_node` (see [`forwarder`]), preloaded or not.
+/// `pg_idgen.citus_max_connections_per_node` (see [`libpq`]), preloaded or not.
 pub fn register_settings() {
     admission::register_settings();
-    forwarder::register_settings();
+    libpq::register_settings();
 }
 
 static mut PREV_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
@@ -118,7 +117,7 @@ enum Key {
 }
 
 /// The most IDs one round trip fetches: a millisecond's worth of one shard.
-const MAX_BLOCK: u32 = forwarder::MAX_IDS as u32;
+const MAX_BLOCK: u32 = 1024;
 
 /// The most shards and schemas one statement keeps blocks for; past it the
 /// blocks start over (bounding a backend's memory).
@@ -442,7 +441,7 @@ fn forward(addr: &Addr, key: Key, function: &'static str, args: &str, what: &str
         Key::Schema(name) => (true, name.clone()),
     };
     let what = || what.to_string();
-    let mut ids: VecDeque<i64> = forwarder::mint(addr, schema, &value, n, function, &libpq::signature(function, args), &what).into();
+    let mut ids: VecDeque<i64> = libpq::mint(addr, schema, &value, n, function, &libpq::signature(function, args), &what).into();
     let first = ids.pop_front().unwrap_or_else(|| IdError::Internal("another node returned no ID".into()).raise());
     let shard = crate::core::layout::decompose(first).or_raise().shard;
     let mut blocks = BLOCKS.borrow_mut();

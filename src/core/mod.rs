@@ -7,6 +7,7 @@ pub mod error;
 pub mod generator;
 pub mod layout;
 pub mod lease;
+pub mod pool;
 pub mod route;
 pub mod schemes;
 pub mod uuid_layout;
