@@ -343,7 +343,7 @@ fn alter_extension_update_from_0_1_0_keeps_the_registry_claims_and_mark() {
     assert_eq!(sqlstate(c.batch_execute("SELECT next_shard_id(5), uuid_v7(), id_ts(next_shard_id(6))")), "ok");
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.12.0");
+    assert_eq!(version, "0.13.0");
     let after: i64 = c.query_one("SELECT last_value FROM pg_idgen_hwm", &[]).unwrap().get(0);
     assert!(after >= mark, "the mark is kept");
     let schemas: String = c.query_one("SELECT string_agg(schema_name || '=' || shard, ',') FROM shard_schemas", &[]).unwrap().get(0);
@@ -520,7 +520,7 @@ fn update_with_this_library(server: &Server, c: &mut Client, old_max: i64, relea
     }
     c.batch_execute("ALTER EXTENSION pg_idgen UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.12.0");
+    assert_eq!(version, "0.13.0");
     // This library answers the new status columns (an old one leaves the
     // last two NULL: it returns eight values), and minting is not stopped.
     let (lead, running): (Option<i64>, bool) = c
