@@ -423,7 +423,10 @@ mod citus {
                 let t0 = std::time::Instant::now();
                 let r = warm.query_one("SELECT next_schema_id('tenant1')", &[]);
                 let took = t0.elapsed();
-                let detail = r.as_ref().err().map(|e| failure(e)).unwrap_or_default();
+                let detail = match &r {
+                    Err(e) => e.as_db_error().map(|db| format!("{}: {}", db.message(), db.detail().unwrap_or_default())).unwrap_or_else(|| e.to_string()),
+                    Ok(_) => String::new(),
+                };
                 (sqlstate(r), took, detail)
             });
             let later: Vec<_> = [2, 4].into_iter().map(|d| s.spawn(move || call(d))).collect();

@@ -174,10 +174,10 @@ const STATEMENT_TYPES: [[pg_sys::Oid; 4]; 2] =
 
 /// How to reach `addr`: as the extension's owner, in this database, one hop
 /// further than this session, the other node ending the session once unused
-/// for `idle`, with what Citus itself connects with appended: its
+/// for [`IDLE`], with what Citus itself connects with appended: its
 /// `citus.node_conninfo` (TLS and the like) and the owner's entry for that
 /// node in `pg_dist_authinfo` (a password, a certificate), if any.
-pub fn conninfo(addr: &Addr, idle: Duration) -> String {
+fn conninfo(addr: &Addr) -> String {
     let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
     // SAFETY: names of a role and of the current database, copied at once.
     let (user, db) = unsafe {
@@ -198,7 +198,7 @@ pub fn conninfo(addr: &Addr, idle: Duration) -> String {
         quote(&db),
         quote(&user),
         quote(FORWARDING),
-        idle.as_millis(),
+        IDLE.as_millis(),
         ANSWER_TIMEOUT.as_millis(),
         (hop() + 1).min(2),
     )
@@ -397,7 +397,7 @@ enum Statement<'a> {
 /// minting then skips the IDs of the lost answer, never repeats one).
 fn run(addr: &Addr, statement: Statement<'_>, params: &[String], function: &'static str, what: &dyn Fn() -> String) -> Rows {
     let node = node_key(addr);
-    let info = conninfo(addr, IDLE);
+    let info = conninfo(addr);
     let unreachable = |why: String| -> ! { IdError::CitusUnreachable { what: what(), node: addr.describe(), function, why }.raise() };
     let mut retried = false;
     loop {
