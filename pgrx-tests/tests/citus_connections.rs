@@ -180,7 +180,7 @@ mod citus {
         eventually(30, "the reload reached the worker's sessions", || {
             c.query_one("SHOW pg_idgen.citus_max_connections_per_node", &[]).unwrap().get::<_, String>(0) == "1"
         });
-        // Connections made before the reload end once idle 2 s.
+        // Connections made before the reload end once idle 250 ms.
         eventually(30, "the connections made before the reload ended", || forwarded(&mut cc) == 0);
         // Three sessions minting at once, which with a bound of 2 open a
         // second connection (the run above saw it), are served by one.
@@ -390,13 +390,15 @@ mod citus {
     }
 
     /// A repartitioned `INSERT ... SELECT` mints shard 8 (the coordinator's)
-    /// in its shard queries on the worker, which is allowed 2 connections to
-    /// the coordinator; an idle session there minted once. Five statements
-    /// at once, then three from sessions that stay open (one worker
-    /// connection each), all succeed, storing every row with an ID of its own.
+    /// in its shard queries on the worker, each in a session of its own
+    /// there, which is allowed the default 16 connections to the coordinator;
+    /// an idle session there minted once. Five statements at once, then
+    /// three from sessions that stay open (one worker connection each), all
+    /// succeed, storing every row with an ID of its own, and the coordinator
+    /// never serves more than 16 of the worker's sessions at once.
     #[test]
     fn repartitioned_inserts_stay_within_the_bound() {
-        let cluster = Cluster::start("citus_pool_insel", 1, &["pg_idgen.citus_max_connections_per_node = 2"]);
+        let cluster = Cluster::start("citus_pool_insel", 1, &[]);
         let mut c = cluster.coordinator.client();
         make_src_and_dst(&mut c);
         assert_repartitioned(&mut c);
@@ -415,9 +417,9 @@ mod citus {
             (results, sampler.join().unwrap())
         });
         // The worker runs the five statements' shard queries (with their
-        // DEFAULT) at once, through at most the 2 connections allowed; at
+        // DEFAULT) at once, through at most the 16 connections allowed; at
         // least one was seen (the probe sees them).
-        assert!((1..=2).contains(&most), "{most} forwarded sessions on the coordinator during the five statements");
+        assert!((1..=16).contains(&most), "{most} forwarded sessions on the coordinator during the five statements");
         for (i, r) in results.into_iter().enumerate() {
             assert_eq!(r, Ok(30000), "statement {i} of the five at once");
             done += 1;
@@ -444,9 +446,8 @@ mod citus {
     /// sessions refused a connection take turns on the ones made. Then
     /// ordinary roles take all the other slots: a superuser's
     /// `next_shard_id(7)` through a worker is refused there (08001 naming
-    /// the coordinator, its reason the reserved slots, after trying for
-    /// 10 s) instead of taking that slot, and an administrator can still
-    /// connect. Once one ordinary session leaves, the call mints.
+    /// the coordinator, its reason the reserved slots) instead of taking
+    /// that slot, and an administrator can still connect. Once one ordinary session leaves, the call mints.
     #[test]
     fn a_forwarded_session_never_takes_a_slot_kept_for_administrators() {
         let mut cluster = Cluster::start("citus_reserved", 1, &[]);
@@ -496,7 +497,7 @@ mod citus {
         let before = mint(&mut w).unwrap_or_else(|e| panic!("{}", failure(&e)));
         assert!(ids.iter().all(|id| *id < before), "{before} after {ids:?}");
         drop(w);
-        // End the worker's connections here at once (they end 2 s unused).
+        // End the worker's connections here at once (they end 250 ms unused).
         cluster.coordinator.client().batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'").unwrap();
         eventually(30, "the worker's forwarded sessions ended", || forwarding_sessions(&cluster.coordinator) == 0);
 

@@ -11,8 +11,9 @@
 //! `pg_idgen.citus_max_connections_per_node` connections to any one node,
 //! counted in shared memory as Citus counts its own (see `core::pool`): a
 //! call waits its turn at most [`WAIT`] (53300), and a session whose call
-//! ends while another waits for the node closes its connection; otherwise
-//! it keeps it until the other node ends it, idle for [`IDLE`]. Every wait
+//! ends while another waits for the node, once it had its turn a while,
+//! closes its connection; otherwise it keeps it until the other node ends
+//! it, idle for [`IDLE`]. Every wait
 //! can be cancelled and is bounded: a turn by [`WAIT`], connecting by
 //! [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
 
@@ -43,8 +44,9 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long another node keeps a session of ours unused
 /// (`idle_session_timeout`), so that idle sessions here do not hold its
-/// connections.
-pub const IDLE: Duration = Duration::from_secs(2);
+/// connections, nor turns other sessions wait for: a session calling less
+/// often pays for a connection at each call (milliseconds).
+pub const IDLE: Duration = Duration::from_millis(250);
 
 /// How much longer than [`IDLE`] a connection is counted: the other node's
 /// session takes a moment to end.
@@ -64,7 +66,7 @@ pub fn register_settings() {
     GucRegistry::define_int_guc(
         c"pg_idgen.citus_max_connections_per_node",
         c"How many connections this server's sessions keep open to any one other Citus node to mint there, all together.",
-        c"A call waits its turn at most 10 s; a session whose call ends while another waits closes its connection.",
+        c"A call waits its turn at most 10 s; a session that had its turn 250 ms closes its connection at the end of a call while another waits.",
         &MAX_PER_NODE,
         1,
         64,
@@ -492,9 +494,10 @@ impl Drop for Pending {
 
 /// This session's open connection to `node` for `info`, kept or made in its
 /// turn (waited for at most [`WAIT`], then 53300); every wait in it can be
-/// cancelled. A node that refuses the connection for want of slots is
-/// shared by turns on the connections this server's sessions have there
-/// (see `Pool::refused`); past [`WAIT`], the refusal is the call's error.
+/// cancelled. A node that refuses the connection for want of slots while
+/// this server's other sessions have connections there is shared by turns
+/// on those (see `Pool::refused`); past [`WAIT`], or with none there, the
+/// refusal is the call's error.
 fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Result<*mut c_void, String> {
     register_callbacks_once();
     let limit = MAX_PER_NODE.get().max(1) as usize;
@@ -526,7 +529,9 @@ fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Res
         match connect(node, info) {
             Err(why) if out_of_slots(&why) && start.elapsed() < WAIT => {
                 close(node);
-                TABLE.exclusive().0.refused(my_pid(), node, now_ms(), now_ms() + 5_000);
+                if !TABLE.exclusive().0.refused(my_pid(), node, now_ms(), now_ms() + 5_000) {
+                    return Err(why);
+                }
                 refusal = Some(why);
                 nap();
             }

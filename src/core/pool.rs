@@ -42,9 +42,16 @@ pub struct Entry {
     pub ticket: u64,
     /// Monotonic milliseconds: when an `Idle` entry expires.
     pub until: i64,
+    /// Monotonic milliseconds: when the turn was granted.
+    pub since: i64,
 }
 
-const FREE: Entry = Entry { state: State::Free, node: 0, pid: 0, ticket: 0, until: 0 };
+const FREE: Entry = Entry { state: State::Free, node: 0, pid: 0, ticket: 0, until: 0, since: 0 };
+
+/// How long a session keeps its turn at a node while others wait, calling
+/// as often as it likes, before its next call's end hands it on: a new
+/// connection for each call would cost more than the call.
+pub const TENURE_MS: i64 = 250;
 
 /// The most nodes that refused a connection lately, kept at once.
 const REFUSALS: usize = 16;
@@ -110,7 +117,7 @@ impl Pool {
             None => match self.entries.iter().position(|e| e.state == State::Free) {
                 Some(i) => {
                     self.tickets += 1;
-                    self.entries[i] = Entry { state: State::Waiting, node, pid, ticket: self.tickets, until: 0 };
+                    self.entries[i] = Entry { state: State::Waiting, node, pid, ticket: self.tickets, until: 0, since: 0 };
                     i
                 }
                 None => return Turn::Wait,
@@ -125,6 +132,7 @@ impl Pool {
         };
         if first && live < limit.max(1) {
             self.entries[me].state = State::Using;
+            self.entries[me].since = now;
             Turn::Granted
         } else {
             Turn::Wait
@@ -133,11 +141,12 @@ impl Pool {
 
     /// Session `pid`'s call to `node` ended well: true to keep the
     /// connection until `now + idle_ms`, false to close it (another session
-    /// waits for the node) and then [`leave`](Pool::leave): the turn is
-    /// counted until the connection is closed.
+    /// waits for the node, and this one had its turn [`TENURE_MS`]) and then
+    /// [`leave`](Pool::leave): the turn is counted until the connection is
+    /// closed.
     pub fn done(&mut self, pid: i32, node: u64, now: i64, idle_ms: i64) -> bool {
         let Some(i) = self.find(pid, node, &[State::Using]) else { return false };
-        if self.entries.iter().any(|e| e.state == State::Waiting && e.node == node) {
+        if now - self.entries[i].since >= TENURE_MS && self.entries.iter().any(|e| e.state == State::Waiting && e.node == node) {
             false
         } else {
             self.entries[i].state = State::Idle;
@@ -147,18 +156,24 @@ impl Pool {
     }
 
     /// Session `pid` was refused a connection by `node` for want of slots
-    /// there: it gives its turn up, and until `until` the node's limit is
-    /// how many connections this server's other sessions have there (one if
-    /// none: a slot may come free), so that the sessions take turns on those
-    /// instead of each failing.
-    pub fn refused(&mut self, pid: i32, node: u64, now: i64, until: i64) {
+    /// there: it gives its turn up. If this server's other sessions have
+    /// connections there, until `until` the node's limit is how many they
+    /// have, so that the sessions take turns on those instead of each
+    /// failing, and true: wait for a turn. False if they have none: nothing
+    /// to wait for (and attempts one after another would each take a slot
+    /// there for a moment, the administrators' too).
+    pub fn refused(&mut self, pid: i32, node: u64, now: i64, until: i64) -> bool {
         self.leave(pid, node);
-        let took = self.live_for(node, now).max(1);
+        let took = self.live_for(node, now);
+        if took == 0 {
+            return false;
+        }
         let slot = match self.refusals.iter().position(|r| r.0 == node) {
             Some(i) => i,
             None => (0..REFUSALS).min_by_key(|&i| self.refusals[i].2).unwrap_or(0),
         };
         self.refusals[slot] = (node, took, until);
+        true
     }
 
     /// Session `pid` stops waiting for or closed its connection to `node`.
@@ -252,21 +267,23 @@ mod tests {
         assert_eq!(p.ask(2, 7, 16, 0), Turn::Granted);
         assert_eq!(p.ask(3, 7, 16, 0), Turn::Granted);
         // The node had room for two: session 3's attempt is refused.
-        p.refused(3, 7, 0, 5_000);
+        assert!(p.refused(3, 7, 0, 5_000));
         assert_eq!(p.ask(3, 7, 16, 10), Turn::Wait);
-        assert!(!p.done(1, 7, 20, 2_000), "a session that waits gets the connection's slot");
+        assert!(p.done(1, 7, 20, 2_000), "a turn is kept for its tenure");
+        assert_eq!(p.ask(1, 7, 16, 100), Turn::Kept);
+        assert!(!p.done(1, 7, TENURE_MS, 2_000), "a session that waits gets the connection's slot");
         p.leave(1, 7);
-        assert_eq!(p.ask(3, 7, 16, 20), Turn::Granted);
-        assert_eq!(p.live_for(7, 20), 2);
-        assert_eq!(p.ask(4, 7, 16, 20), Turn::Wait);
+        assert_eq!(p.ask(3, 7, 16, 300), Turn::Granted);
+        assert_eq!(p.live_for(7, 300), 2);
+        assert_eq!(p.ask(4, 7, 16, 300), Turn::Wait);
         // Past the refusal's time, the limit is the setting's again.
         assert_eq!(p.ask(4, 7, 16, 5_000), Turn::Granted);
-        // Refused with none connected: one at a time.
+        // Refused with none connected: nothing to wait for, no limit kept.
         let mut p = Pool::default();
         assert_eq!(p.ask(1, 7, 16, 0), Turn::Granted);
-        p.refused(1, 7, 0, 5_000);
+        assert!(!p.refused(1, 7, 0, 5_000));
         assert_eq!(p.ask(1, 7, 16, 0), Turn::Granted);
-        assert_eq!(p.ask(2, 7, 16, 0), Turn::Wait);
+        assert_eq!(p.ask(2, 7, 16, 0), Turn::Granted);
     }
 
     /// xorshift64*: small, seeded, reproducible.
@@ -377,9 +394,10 @@ mod tests {
                         }
                         // The node refused the connection for want of slots.
                         1 => {
-                            p.refused(pid, node_of[k], now, now + 5_000);
                             s[k] = S::Out;
-                            ask(&mut p, &mut s, k, now);
+                            if p.refused(pid, node_of[k], now, now + 5_000) {
+                                ask(&mut p, &mut s, k, now);
+                            }
                         }
                         _ => s[k] = if p.done(pid, node_of[k], now, IDLE + MARGIN) { S::Idle(now) } else { S::Closing },
                     },
@@ -387,10 +405,11 @@ mod tests {
                 check(&s, &p, now, &format!("step {step}"));
             }
             // No session asks anew; those holding a connection keep calling
-            // as fast as they can (time hardly moves): the waiters are
-            // served all the same, a call each, in a bounded number of rounds.
-            for round in 0..=4 * sessions {
-                now += 10;
+            // as fast as they can (each round a tenth of a turn's tenure):
+            // the waiters are served all the same, in a bounded number of
+            // rounds.
+            for round in 0..=12 * sessions {
+                now += TENURE_MS / 10;
                 end_idle(&mut s, now);
                 for k in 0..sessions {
                     match s[k] {
@@ -407,7 +426,7 @@ mod tests {
                 if !s.contains(&S::Asking) && !s.contains(&S::Closing) {
                     break;
                 }
-                assert!(round < 4 * sessions, "seed {seed}: still waiting after {round} rounds: {s:?}");
+                assert!(round < 12 * sessions, "seed {seed}: still waiting after {round} rounds: {s:?}");
             }
             for k in 0..sessions {
                 p.exit(k as i32 + 100);
