@@ -209,21 +209,24 @@ mod citus {
     /// The worker is allowed 1 connection to the coordinator; one session
     /// mints again and again, and the coordinator's session serving it is
     /// stopped (SIGSTOP), as a process that hangs would be. The call on it
-    /// waits 30 s for its answer, then makes a connection anew and mints:
-    /// between 30 s and 40 s in all, an ID above every one before.
+    /// fails (08001, "no answer within 30 s") after 30 s, not made again on
+    /// a new connection: the stopped session may still run it. That session
+    /// still counts against the bound: another call waits its turn and
+    /// fails with 53300, and no other session of the worker's starts on the
+    /// coordinator. Once it goes on, calls mint again, above every ID before.
     #[test]
-    fn a_call_whose_answer_does_not_come_connects_anew_within_its_bound() {
+    fn a_call_whose_answer_does_not_come_ends_and_the_session_there_still_counts() {
         let cluster = Cluster::start("citus_no_answer", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
         let worker = &cluster.workers[0];
         let mut cc = cluster.coordinator.client();
-        let calls = std::thread::scope(|s| {
+        let (calls, pid) = std::thread::scope(|s| {
             let caller = s.spawn(|| {
                 let mut c = worker.client();
                 let mut calls = vec![];
                 let t0 = Instant::now();
                 while t0.elapsed() < Duration::from_secs(120) {
                     let t = Instant::now();
-                    let r = mint(&mut c).map_err(|e| failure(&e));
+                    let r = mint(&mut c);
                     calls.push((r, t.elapsed()));
                     if t.elapsed() > Duration::from_secs(20) {
                         break;
@@ -236,24 +239,49 @@ mod citus {
                 pid = forwarded_pids(&mut cc);
                 pid.len() == 1
             });
-            let pid = pid[0];
-            assert!(std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
-            let calls = caller.join().unwrap();
-            let _ = std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status();
-            calls
+            assert!(std::process::Command::new("kill").args(["-STOP", &pid[0].to_string()]).status().unwrap().success());
+            (caller.join().unwrap(), pid[0])
         });
-        let (last, took) = calls.last().cloned().unwrap();
-        let id = last.unwrap_or_else(|e| panic!("the call on the stopped session: {e}"));
-        assert!(took >= Duration::from_secs(30) && took < Duration::from_secs(40), "the call on the stopped session took {took:?}");
-        let before: Vec<i64> = calls[..calls.len() - 1].iter().map(|(r, _)| r.clone().unwrap_or_else(|e| panic!("{e}"))).collect();
-        assert!(before.iter().all(|b| *b < id), "{id} after {:?}", before.last());
+        let resume = || {
+            let _ = std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status();
+        };
+        let (last, took) = calls.last().unwrap();
+        let e = last.as_ref().err().unwrap_or_else(|| {
+            resume();
+            panic!("the call on the stopped session minted")
+        });
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+        let (code, detail) = (db.code().code().to_string(), db.detail().unwrap_or_default().to_string());
+        let t0 = Instant::now();
+        let other = mint(&mut worker.client());
+        let waited = t0.elapsed();
+        let sessions = forwarded_pids(&mut cc);
+        resume();
+        assert_eq!(code, "08001", "{detail}");
+        assert_eq!(detail, "no answer within 30 s");
+        assert!(*took >= Duration::from_secs(30) && *took < Duration::from_secs(36), "the call on the stopped session took {took:?}");
+        let e = other.expect_err("a call while the stopped session counts");
+        assert_eq!(e.code().map(|c| c.code()), Some("53300"), "{}", failure(&e));
+        assert!(waited >= Duration::from_secs(10) && waited < Duration::from_secs(16), "waited {waited:?}");
+        assert_eq!(sessions, [pid], "the worker's sessions on the coordinator while the stopped one counts");
+        let before: Vec<i64> = calls[..calls.len() - 1].iter().map(|(r, _)| *r.as_ref().unwrap_or_else(|e| panic!("{}", failure(e)))).collect();
+        let mut w = worker.client();
+        let mut after = None;
+        eventually(60, "calls mint once the session there went on and its count ended", || {
+            after = mint(&mut w).ok();
+            after.is_some()
+        });
+        assert!(before.iter().all(|b| *b < after.unwrap()), "{after:?} after {:?}", before.last());
     }
 
     /// The worker is allowed 1 connection to the coordinator, and a table
     /// the coordinator's session reads at its first call is locked there: a
     /// call waits for its answer; another waits its turn and gives up after
     /// 10 s with 53300; the first, cancelled, ends with 57014 at once. Once
-    /// the lock goes, the next call mints, above every ID before.
+    /// the lock goes, a call mints, above every ID before (once the
+    /// cancelled call's session there, which went on waiting for the lock,
+    /// no longer counts: no more of the worker's sessions start there
+    /// meanwhile).
     #[test]
     fn a_call_waits_its_turn_at_most_10_s_and_can_be_cancelled() {
         let cluster = Cluster::start("citus_pool_wait", 1, &["pg_idgen.citus_max_connections_per_node = 1"]);
@@ -287,7 +315,11 @@ mod citus {
             assert!(t1.elapsed() < Duration::from_secs(8), "the cancelled call ended {:?} after the cancel", t1.elapsed());
             (stuck, refused, waited)
         });
+        // The cancelled call's session there still waits for the lock: it
+        // counts, and no other starts.
+        let still = forwarded_pids(&mut cc);
         lock.batch_execute("ROLLBACK").unwrap();
+        assert_eq!(still.len(), 1, "the worker's sessions on the coordinator after the cancel: {still:?}");
         assert_eq!(stuck, Err(Some("57014".to_string())), "the cancelled call");
         let e = refused.unwrap_err();
         let db = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
@@ -296,7 +328,12 @@ mod citus {
         // Its turn is waited for 10 s, not its 30 s bound for an answer (a
         // margin for a loaded machine).
         assert!(waited >= Duration::from_secs(10) && waited < Duration::from_secs(16), "gave up after {waited:?}");
-        let after = mint(&mut w).unwrap_or_else(|e| panic!("once the lock is gone: {}", failure(&e)));
+        let mut after = None;
+        eventually(60, "a call mints once the lock is gone", || {
+            after = mint(&mut w).ok();
+            after.is_some()
+        });
+        let after = after.unwrap();
         assert!(after > first, "{after} after {first}");
     }
 

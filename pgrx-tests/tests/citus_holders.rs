@@ -394,8 +394,8 @@ mod citus {
     /// The holder of tenant1 stops answering (every process of it stopped)
     /// after a session of the other worker minted through it. That
     /// session's next call fails (08001) once 30 s pass with no answer on
-    /// its connection and 10 s more for a new one, or 10 s only if it
-    /// connects anew at once; calls of new sessions fail (08001) once their
+    /// its connection, or after 10 s if it had to connect anew (its
+    /// connection unused 250 ms); calls of new sessions fail (08001) once their
     /// connection attempt gives up, after 10 s, not later (a fourth review
     /// saw them wait 30 s, for attempts begun one after another beside the
     /// stuck connection).
@@ -435,8 +435,12 @@ mod citus {
         drop(thaw);
         let secs = std::time::Duration::from_secs;
         assert_eq!(first.0, "08001", "the call of the session that minted: {}", first.2);
-        assert!(first.2.contains("timeout expired after 10 s"), "the call of the session that minted: {}", first.2);
-        assert!(first.1 >= secs(10) && first.1 < secs(46), "the call of the session that minted ended after {:?}", first.1);
+        assert!(
+            first.2.contains("no answer within 30 s") || first.2.contains("timeout expired after 10 s"),
+            "the call of the session that minted: {}",
+            first.2
+        );
+        assert!(first.1 >= secs(10) && first.1 < secs(36), "the call of the session that minted ended after {:?}", first.1);
         for (code, took, detail) in later {
             assert_eq!(code, "08001", "{detail}");
             assert!(detail.contains("timeout expired after 10 s"), "a later call failed otherwise: {detail}");

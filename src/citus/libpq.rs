@@ -134,6 +134,8 @@ impl Remote {
 pub enum Failure {
     /// The connection could not be made or broke, or its session ended.
     Broken(String),
+    /// No answer came in time (the session there may still be running).
+    Silent(String),
     /// The node answered with an error.
     Remote(Remote),
 }
@@ -141,7 +143,7 @@ pub enum Failure {
 impl Failure {
     pub fn why(self) -> String {
         match self {
-            Failure::Broken(why) => why,
+            Failure::Broken(why) | Failure::Silent(why) => why,
             Failure::Remote(e) => e.message,
         }
     }
@@ -330,14 +332,16 @@ fn finish(conn: *mut c_void) {
 /// session has ended: its socket closes only once the session has left the
 /// node's process table (`socket_close` runs at `proc_exit`, after
 /// `ProcKill`), so a session that takes the turn given up after this does
-/// not find that one still there.
-fn finish_and_wait(conn: *mut c_void) {
+/// not find that one still there. False if it had not ended by then (it is
+/// running a statement, which its `statement_timeout` ends).
+fn finish_and_wait(conn: *mut c_void) -> bool {
     // SAFETY: duplicates the socket of a live connection; the copy is ours.
     let fd = unsafe { libc::dup(socket(conn)) };
     finish(conn);
     if fd < 0 {
-        return;
+        return true;
     }
+    let mut ended = false;
     let deadline = Instant::now() + Duration::from_secs(1);
     let events = (pg_sys::WL_SOCKET_READABLE | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as c_int;
     let mut buf = [0u8; 256];
@@ -351,11 +355,13 @@ fn finish_and_wait(conn: *mut c_void) {
         // SAFETY: reads into a local buffer from our own socket, without blocking.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if n == 0 || n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+            ended = true;
             break;
         }
     }
     // SAFETY: our own copy of the socket, closed once.
     unsafe { libc::close(fd) };
+    ended
 }
 
 // ---- a call ------------------------------------------------------------------------
@@ -396,7 +402,8 @@ enum Statement<'a> {
 /// Runs `statement` at `addr` over this session's connection to it, made
 /// in its turn if needed; connects once more if the connection broke (a
 /// statement that reached the node but whose answer was lost is run again:
-/// minting then skips the IDs of the lost answer, never repeats one).
+/// minting then skips the IDs of the lost answer, never repeats one), not
+/// if the answer did not come in time.
 fn run(addr: &Addr, statement: Statement<'_>, params: &[String], function: &'static str, what: &dyn Fn() -> String) -> Rows {
     let node = node_key(addr);
     let info = conninfo(addr);
@@ -422,6 +429,11 @@ fn run(addr: &Addr, statement: Statement<'_>, params: &[String], function: &'sta
             Err(Failure::Remote(e)) => {
                 pending.done();
                 e.raise()
+            }
+            // Not made again: the session there may still be running it.
+            Err(Failure::Silent(why)) => {
+                drop(pending);
+                unreachable(why)
             }
             Err(Failure::Broken(why)) => {
                 drop(pending);
@@ -464,8 +476,20 @@ static CONNECTIONS: BackendLocal<Vec<Connection>> = BackendLocal::new(Vec::new()
 /// Closes this session's connection to `node`, if any, and then gives its
 /// turn there up.
 fn drop_connection(node: u64) {
-    close(node);
-    TABLE.exclusive().0.leave(my_pid(), node);
+    let ended = close(node);
+    give_up(node, ended);
+}
+
+/// Gives this session's turn at `node` up once its connection there is
+/// closed; if the other node's session had not ended, its entry counts on
+/// until that session's statement timeout has surely ended it.
+fn give_up(node: u64, ended: bool) {
+    let until = now_ms() + (ANSWER_TIMEOUT + MARGIN).as_millis() as i64;
+    let mut table = TABLE.exclusive();
+    match ended {
+        true => table.0.leave(my_pid(), node),
+        false => table.0.linger(my_pid(), node, until),
+    }
 }
 
 /// Gives the connection to a node and the turn there up unless
@@ -528,6 +552,7 @@ fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Res
         }
         match connect(node, info) {
             Err(why) if out_of_slots(&why) && start.elapsed() < WAIT => {
+                // A refused connection has no session there.
                 close(node);
                 if !TABLE.exclusive().0.refused(my_pid(), node, now_ms(), now_ms() + 5_000) {
                     return Err(why);
@@ -540,19 +565,38 @@ fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Res
     }
 }
 
-/// Whether a node refused a connection for want of slots (PostgreSQL's
-/// wordings, and pg_idgen's own in `admission`).
+/// Whether a node refused a connection for want of slots: PostgreSQL's
+/// wordings (15 to 18), in English or as this server translates them (the
+/// nodes of a cluster are set up alike), and pg_idgen's own in `admission`.
 fn out_of_slots(why: &str) -> bool {
-    ["too many clients already", "remaining connection slots are reserved"].iter().any(|w| why.contains(w))
+    const REFUSALS: [&CStr; 4] = [
+        c"sorry, too many clients already",
+        c"remaining connection slots are reserved for non-replication superuser connections",
+        c"remaining connection slots are reserved for roles with the %s attribute",
+        c"remaining connection slots are reserved for roles with privileges of the \"%s\" role",
+    ];
+    extern "C" {
+        fn gettext(msgid: *const c_char) -> *mut c_char;
+    }
+    let known = |text: &str| {
+        let text = text.split('%').next().unwrap_or_default();
+        !text.is_empty() && why.contains(text)
+    };
+    why.contains("remaining connection slots are reserved")
+        || REFUSALS.iter().any(|m| {
+            // SAFETY: gettext returns the msgid or a translation it owns, NUL-terminated, copied at once.
+            let translated = unsafe { CStr::from_ptr(gettext(m.as_ptr())) }.to_string_lossy().into_owned();
+            known(&m.to_string_lossy()) || known(&translated)
+        })
 }
 
-/// Closes this session's connection to `node`, if any, once the other
-/// node's session has ended (see [`finish_and_wait`]).
-fn close(node: u64) {
+/// Closes this session's connection to `node`, if any, waiting for the
+/// other node's session to end (see [`finish_and_wait`]): whether it did.
+fn close(node: u64) -> bool {
     let mut all = CONNECTIONS.borrow_mut();
     let gone = all.iter().position(|c| c.node == node).map(|i| all.remove(i));
     drop(all);
-    gone.into_iter().for_each(|c| finish_and_wait(c.conn));
+    gone.is_none_or(|c| finish_and_wait(c.conn))
 }
 
 /// Connects to `node` with `info` in this session's turn there, closing the
@@ -566,8 +610,7 @@ fn connect(node: u64, info: &str) -> Result<*mut c_void, String> {
         (all.len() >= MAX_CONNECTIONS).then(|| all.remove(0))
     };
     if let Some(c) = oldest {
-        finish_and_wait(c.conn);
-        TABLE.exclusive().0.leave(my_pid(), c.node);
+        give_up(c.node, finish_and_wait(c.conn));
     }
     let conn = connect_start(&CString::new(info).unwrap_or_default())?;
     CONNECTIONS.borrow_mut().push(Connection { node, info: info.to_owned(), conn, prepared: [false; 2] });
@@ -606,7 +649,7 @@ fn answer(conn: *mut c_void) -> Result<Rows, Failure> {
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Failure::Broken(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs())));
+            return Err(Failure::Silent(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs())));
         }
         wait(conn, false, left);
     }
@@ -639,7 +682,10 @@ fn register_callbacks_once() {
 
 unsafe extern "C-unwind" fn close_at_exit(_code: c_int, _arg: pg_sys::Datum) {
     let all = std::mem::take(&mut *CONNECTIONS.borrow_mut());
-    all.into_iter().for_each(|c| finish_and_wait(c.conn));
+    for c in all {
+        let ended = finish_and_wait(c.conn);
+        give_up(c.node, ended);
+    }
     TABLE.exclusive().0.exit(my_pid());
 }
 

@@ -176,6 +176,17 @@ impl Pool {
         true
     }
 
+    /// Session `pid` closed its connection to `node`, but the other node's
+    /// session may still be running a statement (it did not end when asked):
+    /// the entry goes on counting, owned by no session, until `until` (when
+    /// that statement's timeout there has surely ended it).
+    pub fn linger(&mut self, pid: i32, node: u64, until: i64) {
+        if let Some(i) = self.find(pid, node, &[State::Using, State::Idle]) {
+            self.entries[i] = Entry { state: State::Idle, node, pid: 0, ticket: 0, until, since: 0 };
+        }
+        self.leave(pid, node);
+    }
+
     /// Session `pid` stops waiting for or closed its connection to `node`.
     pub fn leave(&mut self, pid: i32, node: u64) {
         for e in self.entries.iter_mut() {
@@ -250,6 +261,18 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_closed_with_its_statement_running_counts_until_the_statement_surely_ended() {
+        let mut p = Pool::default();
+        assert_eq!(p.ask(1, 7, 1, 0), Turn::Granted);
+        p.linger(1, 7, 30_000);
+        assert_eq!(p.ask(1, 7, 1, 10), Turn::Wait, "not the session's own any more");
+        assert_eq!(p.ask(2, 7, 1, 10), Turn::Wait);
+        assert_eq!(p.ask(2, 7, 1, 20_000), Turn::Wait);
+        assert_eq!(p.ask(2, 7, 1, 30_000), Turn::Wait, "1 asked before 2");
+        assert_eq!(p.ask(1, 7, 1, 30_000), Turn::Granted);
+    }
+
+    #[test]
     fn sessions_waiting_for_one_node_leave_room_for_the_others() {
         let mut p = Pool::default();
         for pid in 0..1_000 {
@@ -303,7 +326,8 @@ mod tests {
     /// under the one lock, with time moving on; the other node, as the real
     /// one does, ends a session's connection once it was idle `IDLE` ms
     /// (the table keeps it `IDLE + MARGIN`), and may refuse a connection for
-    /// want of slots. After every step: no node has
+    /// want of slots, and a cancelled session's statement there may run on
+    /// after its connection closed. After every step: no node has
     /// more open connections than the limit, by the model's own count (not
     /// the table's), and only a waiting session has a waiting entry. Then
     /// no session asks anew while those connected call without pause: every
@@ -335,9 +359,12 @@ mod tests {
             let node_of: Vec<u64> = (0..sessions).map(|_| rng.below(nodes)).collect();
             let mut s = vec![S::Out; sessions];
             let mut now = 0i64;
-            let check = |s: &[S], p: &Pool, now: i64, what: &str| {
+            // Sessions there that did not end when closed: (node, until when they may run).
+            let mut orphans: Vec<(u64, i64)> = vec![];
+            let check = |s: &[S], p: &Pool, orphans: &[(u64, i64)], now: i64, what: &str| {
                 for n in 0..nodes {
-                    let open = (0..sessions).filter(|&j| node_of[j] == n && matches!(s[j], S::Calling | S::Idle(_) | S::Closing)).count();
+                    let open = (0..sessions).filter(|&j| node_of[j] == n && matches!(s[j], S::Calling | S::Idle(_) | S::Closing)).count()
+                        + orphans.iter().filter(|o| o.0 == n && o.1 > now).count();
                     assert!(open <= limit, "seed {seed} {what} at {now}: {open} connections to node {n}, limit {limit}");
                 }
                 for e in p.entries.iter().filter(|e| e.state == State::Waiting) {
@@ -392,6 +419,13 @@ mod tests {
                             p.leave(pid, node_of[k]);
                             s[k] = S::Out;
                         }
+                        // A cancel while the statement there runs on.
+                        2 => {
+                            let until = now + rng.below(3_000) as i64;
+                            orphans.push((node_of[k], until));
+                            p.linger(pid, node_of[k], until);
+                            s[k] = S::Out;
+                        }
                         // The node refused the connection for want of slots.
                         1 => {
                             s[k] = S::Out;
@@ -402,12 +436,14 @@ mod tests {
                         _ => s[k] = if p.done(pid, node_of[k], now, IDLE + MARGIN) { S::Idle(now) } else { S::Closing },
                     },
                 }
-                check(&s, &p, now, &format!("step {step}"));
+                check(&s, &p, &orphans, now, &format!("step {step}"));
             }
             // No session asks anew; those holding a connection keep calling
             // as fast as they can (each round a tenth of a turn's tenure):
             // the waiters are served all the same, in a bounded number of
             // rounds.
+            // Sessions there that did not end when closed have ended by now.
+            now = orphans.iter().map(|o| o.1).fold(now, i64::max);
             for round in 0..=12 * sessions {
                 now += TENURE_MS / 10;
                 end_idle(&mut s, now);
@@ -421,7 +457,7 @@ mod tests {
                         }
                         _ => {}
                     }
-                    check(&s, &p, now, &format!("round {round}"));
+                    check(&s, &p, &orphans, now, &format!("round {round}"));
                 }
                 if !s.contains(&S::Asking) && !s.contains(&S::Closing) {
                     break;
