@@ -406,9 +406,8 @@ mod citus {
         let mut warm = other.client_as("postgres", "app");
         warm.query_one("SELECT next_schema_id('tenant1')", &[]).unwrap_or_else(|e| panic!("{}", failure(&e)));
         let thaw = freeze(&cluster.workers[0]);
-        let call = |delay: u64| {
-            std::thread::sleep(std::time::Duration::from_secs(delay));
-            let mut c = other.client_as("postgres", "app");
+        // A call's SQLSTATE, how long it took, and its message and detail.
+        let timed = |c: &mut Client| {
             let t0 = std::time::Instant::now();
             let r = c.query_one("SELECT next_schema_id('tenant1')", &[]);
             let took = t0.elapsed();
@@ -418,17 +417,12 @@ mod citus {
             };
             (sqlstate(r), took, detail)
         };
+        let call = |delay: u64| {
+            std::thread::sleep(std::time::Duration::from_secs(delay));
+            timed(&mut other.client_as("postgres", "app"))
+        };
         let (first, later) = std::thread::scope(|s| {
-            let first = s.spawn(|| {
-                let t0 = std::time::Instant::now();
-                let r = warm.query_one("SELECT next_schema_id('tenant1')", &[]);
-                let took = t0.elapsed();
-                let detail = match &r {
-                    Err(e) => e.as_db_error().map(|db| format!("{}: {}", db.message(), db.detail().unwrap_or_default())).unwrap_or_else(|| e.to_string()),
-                    Ok(_) => String::new(),
-                };
-                (sqlstate(r), took, detail)
-            });
+            let first = s.spawn(|| timed(&mut warm));
             let later: Vec<_> = [2, 4].into_iter().map(|d| s.spawn(move || call(d))).collect();
             (first.join().unwrap(), later.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>())
         });
