@@ -125,7 +125,7 @@ impl Pool {
         };
         let ticket = self.entries[me].ticket;
         let first = !self.entries.iter().any(|e| e.state == State::Waiting && e.node == node && e.ticket < ticket);
-        let live = (0..ENTRIES).filter(|&i| self.entries[i].node == node && self.live(i, now)).count();
+        let live = self.live_for(node, now);
         let limit = match self.refusals.iter().find(|r| r.0 == node && r.2 > now) {
             Some(r) => limit.min(r.1),
             None => limit,
