@@ -125,10 +125,7 @@ pub fn move_old_files() {
         let target = path(&new);
         let keep_old = match std::fs::metadata(&target) {
             Err(_) => true,
-            Ok(meta) if *old == "pg_idgen_citus." => {
-                let newer = std::fs::metadata(&name).and_then(|m| m.modified()).ok() >= meta.modified().ok();
-                newer
-            }
+            Ok(meta) if *old == "pg_idgen_citus." => std::fs::metadata(&name).and_then(|m| m.modified()).ok() >= meta.modified().ok(),
             Ok(_) => {
                 let value = |p: &str| std::fs::read_to_string(p).ok().and_then(|t| t.trim().parse::<i64>().ok()).unwrap_or(0);
                 value(&name) > value(&target)

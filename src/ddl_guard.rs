@@ -136,10 +136,10 @@ unsafe extern "C-unwind" fn check(stmt: *mut pg_sys::Node) {
                         // The partition (a table or an index) is locked before it is checked.
                         pg_sys::AlterTableType::AT_AttachPartition
                         | pg_sys::AlterTableType::AT_DetachPartition
-                        | pg_sys::AlterTableType::AT_DetachPartitionFinalize => {
-                            if !cmd.def.is_null() && (*cmd.def).type_ == pg_sys::NodeTag::T_PartitionCmd {
-                                named.push(((*cmd.def.cast::<pg_sys::PartitionCmd>()).name, Needs::Ownership));
-                            }
+                        | pg_sys::AlterTableType::AT_DetachPartitionFinalize
+                            if !cmd.def.is_null() && (*cmd.def).type_ == pg_sys::NodeTag::T_PartitionCmd =>
+                        {
+                            named.push(((*cmd.def.cast::<pg_sys::PartitionCmd>()).name, Needs::Ownership));
                         }
                         pg_sys::AlterTableType::AT_AddConstraint | pg_sys::AlterTableType::AT_AddColumn => referenced(cmd.def, &mut named),
                         pg_sys::AlterTableType::AT_AddInherit => named.push((cmd.def.cast(), Needs::Ownership)),

@@ -44,11 +44,6 @@ pub enum LeaseWhy {
 }
 
 impl LeaseWhy {
-    pub fn from_u32(v: u32) -> LeaseWhy {
-        use LeaseWhy::*;
-        [NotAsked, Asking, Held, HeldElsewhere, Unreachable, Lost, Released, Refused, NotLeader].into_iter().find(|w| *w as u32 == v).unwrap_or(NotAsked)
-    }
-
     /// The state as `shard_leases()` shows it.
     pub fn name(self) -> &'static str {
         match self {

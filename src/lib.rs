@@ -38,6 +38,7 @@ mod ownership;
 mod planner;
 mod public;
 mod random;
+mod schema_shards;
 mod schemas;
 mod schemes;
 mod settings;

@@ -8,98 +8,20 @@
 //! to the registry (through a trigger that sends a relcache invalidation) or
 //! to any schema clears it.
 
-use std::collections::HashMap;
-
 use pgrx::prelude::*;
 
-use crate::backend::BackendLocal;
 use crate::core::layout::Shard;
 use crate::errors::{IdError, OrRaise};
 use crate::citus::{self, Call, Routed};
 use crate::catalog;
+use crate::schema_shards::{registry, shard_of};
 
 extension_sql_file!("../sql/registry.sql", name = "registry", requires = [catalog::pg_idgen_table_changed]);
-
-/// The backend's copy of the registry: name → shard, and the cache
-/// generation it was read at.
-struct Cached {
-    generation: u64,
-    map: HashMap<String, Shard>,
-    /// The last name looked up and its shard: a table's DEFAULT asks for the
-    /// same schema row after row, and comparing a few bytes beats hashing.
-    last: Option<(String, Shard)>,
-}
-
-static CACHE: BackendLocal<Option<Cached>> = BackendLocal::new(None);
-
-/// The registry table. The 0.1.0 registry (keyed by OID, with no
-/// `schema_name`) is refused with 55000 until `ALTER EXTENSION pg_idgen
-/// UPDATE`, never read for columns it lacks.
-fn registry() -> pg_sys::Oid {
-    let rel = catalog::relation(c"shard_schema_registry").ok_or(IdError::NotInstalled).or_raise();
-    if !catalog::has_column(rel, c"schema_name") {
-        IdError::NotUpdated(catalog::extension_version()).raise()
-    }
-    rel
-}
 
 /// The registry table, qualified and quoted for use in SQL.
 fn registry_table() -> String {
     registry();
     catalog::qualified("shard_schema_registry")
-}
-
-/// The registry's rows whose schema exists, read by a scan of the table
-/// (`catalog::scan`): no lock on its indexes, so a role queueing for one
-/// never makes a mint wait.
-fn load() -> HashMap<String, Shard> {
-    let rel = registry();
-    let (name, shard) = (catalog::attnum(rel, c"schema_name"), catalog::attnum(rel, c"shard"));
-    let rows = catalog::scan(rel, |row| (row.name(name), row.int4(shard)));
-    let mut map = HashMap::new();
-    for (name, shard) in rows {
-        if let (Some(name), Some(shard)) = (name, shard) {
-            if catalog::schema_oid(&name).is_some() {
-                map.insert(name, Shard::new(shard).or_raise());
-            }
-        }
-    }
-    map
-}
-
-fn cached(name: &str) -> Option<Shard> {
-    let generation = catalog::generation();
-    let mut c = CACHE.borrow_mut();
-    if c.as_ref().is_none_or(|c| c.generation != generation) {
-        // Read at the generation seen before reading: an invalidation that
-        // arrives meanwhile makes it stale again.
-        *c = Some(Cached { generation, map: load(), last: None });
-    }
-    let c = c.as_mut()?;
-    match &c.last {
-        Some((last, shard)) if last == name => Some(*shard),
-        _ => {
-            let shard = c.map.get(name).copied()?;
-            c.last = Some((name.to_owned(), shard));
-            Some(shard)
-        }
-    }
-}
-
-/// The shard registered for a schema.
-fn shard_of(name: &str) -> Shard {
-    if let Some(shard) = cached(name) {
-        return shard;
-    }
-    // A miss: make sure no registration committed since is left unseen.
-    catalog::accept_invalidations();
-    if let Some(shard) = cached(name) {
-        return shard;
-    }
-    if catalog::schema_oid(name).is_none() {
-        IdError::SchemaMissing(name.into()).raise()
-    }
-    IdError::SchemaNotRegistered(name.into()).raise()
 }
 
 /// The next ID for the logical shard registered for a schema.
@@ -110,16 +32,17 @@ fn next_schema_id(schema_name: &str) -> i64 {
     if schema_name.len() >= pg_sys::NAMEDATALEN as usize {
         IdError::SchemaMissing(schema_name.into()).raise()
     }
-    let resolve = || shard_of(schema_name);
-    match citus::route(Call::Schema(schema_name, &resolve), "next_schema_id") {
-        Some(Routed::Minted(id)) => id,
-        Some(Routed::Here(shard)) => crate::minting::mint(shard, "next_schema_id"),
+    let shard = match citus::route(Call::Schema(schema_name), "next_schema_id") {
+        Some(Routed::Minted(id)) => return id,
+        Some(Routed::Here(shard)) => shard,
         None => {
+            // A standby's or an uninstalled server's error comes first.
             crate::shared::state().or_raise();
             crate::mark::check_writable("next_schema_id");
-            crate::minting::mint(shard_of(schema_name), "next_schema_id")
+            shard_of(schema_name)
         }
-    }
+    };
+    crate::minting::mint(shard, "next_schema_id")
 }
 
 /// Registers an existing schema as a logical shard.

@@ -12,7 +12,7 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use crate::errors::IdError;
 
 /// `pg_idgen.forwarded`: how many times the call a session serves was
-/// forwarded (see `libpq::hop`). Defined by hand, not through pgrx, for its
+/// forwarded (see `route::Facts::hop`). Defined by hand, not through pgrx, for its
 /// check hook.
 static mut FORWARDED: c_int = 0;
 

@@ -31,44 +31,19 @@ use super::libpq;
 use super::metadata::Addr;
 use super::metadata;
 use crate::backend::BackendLocal;
+pub use crate::core::handover::Entry;
+use crate::core::handover::{parse, set};
 use crate::core::layout::Shard;
 use crate::errors::{IdError, OrRaise};
 use crate::{catalog, datafiles, fleet};
 
 extension_sql_file!("../../sql/citus.sql", name = "citus", requires = [catalog::pg_idgen_table_changed]);
 
-/// One line of a worker's file: shard `shard` was taken by this node in
-/// hand-over `handover` above `after`, for the schema of OID `schema`
-/// (`held`), or released in hand-over `handover` (not `held`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
-    pub shard: i32,
-    pub handover: i64,
-    pub held: bool,
-    pub after: i64,
-    pub schema: u32,
-}
-
 /// The file of a database's hand-overs, in pg_idgen's directory of the
 /// data directory (see `datafiles`).
 fn name() -> String {
     // SAFETY: MyDatabaseId is set once a backend has connected.
     format!("citus.{}", unsafe { pg_sys::MyDatabaseId }.to_u32())
-}
-
-fn parse(text: &str) -> Vec<Entry> {
-    text.lines()
-        .filter_map(|line| {
-            let mut f = line.split(' ');
-            Some(Entry {
-                shard: f.next()?.parse().ok()?,
-                handover: f.next()?.parse().ok()?,
-                held: f.next()? == "held",
-                after: f.next()?.parse().ok()?,
-                schema: f.next()?.parse().ok()?,
-            })
-        })
-        .collect()
 }
 
 /// The file as it is now.
@@ -79,13 +54,7 @@ fn read() -> Vec<Entry> {
 /// Sets the file's entry for `entry.shard`, under the lock every writer of
 /// pg_idgen's files takes.
 fn write(entry: Entry) {
-    datafiles::update(&name(), |now| {
-        let mut entries = now.map(|t| parse(&t)).unwrap_or_default();
-        entries.retain(|e| e.shard != entry.shard);
-        entries.push(entry);
-        let line = |e: &Entry| format!("{} {} {} {} {}\n", e.shard, e.handover, if e.held { "held" } else { "released" }, e.after, e.schema);
-        Some(entries.iter().map(line).collect())
-    });
+    datafiles::update(&name(), |now| Some(set(now.as_deref().unwrap_or_default(), entry)));
     forget();
 }
 

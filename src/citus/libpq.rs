@@ -109,42 +109,22 @@ fn node_key(addr: &Addr) -> u64 {
 /// Rows of text, as a node answered them.
 pub type Rows = Vec<Vec<Option<String>>>;
 
-/// How many hops of forwarding this session is: 0 for a client's session,
-/// 1 or 2 for a session another node opened (`pg_idgen.forwarded`, set at
-/// connection start: a node whose library predates it refuses the session,
-/// so calls never go round between versions).
-pub fn hop() -> usize {
-    admission::forwarded()
-}
-
-/// An error another node raised, to be raised here as it was there.
-pub struct Remote {
-    pub sqlstate: String,
-    pub message: String,
-    pub detail: Option<String>,
-    pub hint: Option<String>,
-}
-
-impl Remote {
-    pub fn raise(self) -> ! {
-        IdError::Relayed { sqlstate: self.sqlstate, message: self.message, detail: self.detail, hint: self.hint }.raise()
-    }
-}
-
 pub enum Failure {
     /// The connection could not be made or broke, or its session ended.
     Broken(String),
     /// No answer came in time (the session there may still be running).
     Silent(String),
-    /// The node answered with an error.
-    Remote(Remote),
+    /// The node answered with an error (`IdError::Relayed`), to be raised
+    /// here as it was there.
+    Remote(IdError),
 }
 
 impl Failure {
     pub fn why(self) -> String {
         match self {
             Failure::Broken(why) | Failure::Silent(why) => why,
-            Failure::Remote(e) => e.message,
+            Failure::Remote(IdError::Relayed { message, .. }) => message,
+            Failure::Remote(e) => format!("{e:?}"),
         }
     }
 }
@@ -204,41 +184,8 @@ fn conninfo(addr: &Addr) -> String {
         quote(FORWARDING),
         IDLE.as_millis(),
         ANSWER_TIMEOUT.as_millis(),
-        (hop() + 1).min(2),
+        (admission::forwarded() + 1).min(2),
     )
-}
-
-/// Starts connecting with conninfo `info`.
-fn connect_start(info: &CStr) -> Result<*mut c_void, String> {
-    let l = libpq();
-    // SAFETY: libpq's non-blocking connect; a connection it reports bad is
-    // finished here.
-    unsafe {
-        let conn = (l.connect_start)(info.as_ptr());
-        if conn.is_null() {
-            return Err("out of memory".into());
-        }
-        if (l.status)(conn) == CONNECTION_BAD {
-            let why = message((l.error_message)(conn));
-            (l.finish)(conn);
-            return Err(why);
-        }
-        Ok(conn)
-    }
-}
-
-/// One step of libpq's connection sequence, its socket being ready: None
-/// once connected, else whether to wait to write (or to read).
-fn connect_poll(conn: *mut c_void) -> Result<Option<bool>, String> {
-    let l = libpq();
-    // SAFETY: a live connection from connect_start.
-    match unsafe { (l.connect_poll)(conn) } {
-        PGRES_POLLING_OK => Ok(None),
-        PGRES_POLLING_READING => Ok(Some(false)),
-        PGRES_POLLING_WRITING => Ok(Some(true)),
-        // SAFETY: as above.
-        _ => Err(message(unsafe { (l.error_message)(conn) })),
-    }
 }
 
 /// The connection's socket (-1 for none).
@@ -248,41 +195,6 @@ fn socket(conn: *mut c_void) -> c_int {
     }
     // SAFETY: a live connection.
     unsafe { (libpq().socket)(conn) }
-}
-
-/// Sends the preparation of minting statement `k` (see [`mint_statement`]), `sql`.
-fn send_prepare(conn: *mut c_void, k: usize, sql: &str) -> Result<(), String> {
-    let l = libpq();
-    let sql = CString::new(sql).unwrap_or_default();
-    // SAFETY: a live connection with nothing in flight; the arrays outlive the call.
-    unsafe {
-        match (l.send_prepare)(conn, STATEMENT_NAMES[k].as_ptr(), sql.as_ptr(), STATEMENT_TYPES[k].len() as c_int, STATEMENT_TYPES[k].as_ptr()) {
-            0 => Err(message((l.error_message)(conn))),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// Sends `text`, a prepared statement's name or (not `prepared`) SQL, with text parameters.
-fn send_with(conn: *mut c_void, text: &CStr, prepared: bool, params: &[String]) -> Result<(), String> {
-    let l = libpq();
-    // Parameters never hold a NUL byte.
-    let params: Vec<CString> = params.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
-    let values: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
-    let n = values.len() as c_int;
-    let null = std::ptr::null::<c_int>();
-    // SAFETY: a live connection with nothing in flight; the arrays outlive the call.
-    let sent = unsafe {
-        match prepared {
-            true => (l.send_query_prepared)(conn, text.as_ptr(), n, values.as_ptr(), null, null, 0),
-            false => (l.send_query_params)(conn, text.as_ptr(), n, std::ptr::null(), values.as_ptr(), null, null, 0),
-        }
-    };
-    match sent {
-        // SAFETY: as above.
-        0 => Err(message(unsafe { (l.error_message)(conn) })),
-        _ => Ok(()),
-    }
 }
 
 /// Reads what arrived for the command in flight: None while its answer is
@@ -322,12 +234,6 @@ fn read(conn: *mut c_void) -> Option<Result<Rows, Failure>> {
     }
 }
 
-/// Closes a connection.
-fn finish(conn: *mut c_void) {
-    // SAFETY: a connection libpq made and nobody else holds.
-    unsafe { (libpq().finish)(conn) };
-}
-
 /// Closes a connection and waits, at most 1 s, until the other node's
 /// session has ended: its socket closes only once the session has left the
 /// node's process table (`socket_close` runs at `proc_exit`, after
@@ -337,7 +243,8 @@ fn finish(conn: *mut c_void) {
 fn finish_and_wait(conn: *mut c_void) -> bool {
     // SAFETY: duplicates the socket of a live connection; the copy is ours.
     let fd = unsafe { libc::dup(socket(conn)) };
-    finish(conn);
+    // SAFETY: a connection libpq made and nobody else holds.
+    unsafe { (libpq().finish)(conn) };
     if fd < 0 {
         return true;
     }
@@ -422,9 +329,9 @@ fn run(addr: &Addr, statement: Statement<'_>, params: &[String], function: &'sta
             // A cancel on the node called (an administrator's there, or its
             // statement timeout) is not the caller's own: the call failed
             // there, not here.
-            Err(Failure::Remote(e)) if e.sqlstate == "57014" => {
+            Err(Failure::Remote(IdError::Relayed { sqlstate, message, .. })) if sqlstate == "57014" => {
                 pending.done();
-                unreachable(format!("{} (on the node called)", e.message))
+                unreachable(format!("{message} (on the node called)"))
             }
             Err(Failure::Remote(e)) => {
                 pending.done();
@@ -446,20 +353,37 @@ fn run(addr: &Addr, statement: Statement<'_>, params: &[String], function: &'sta
     }
 }
 
-/// Sends `statement` on `conn`, preparing a minting statement first if
-/// this connection has not.
+/// Sends `statement` on `conn` with text parameters, preparing a minting
+/// statement first if this connection has not.
 fn send(conn: *mut c_void, node: u64, statement: &Statement<'_>, params: &[String]) -> Result<(), String> {
+    let l = libpq();
+    // Neither SQL nor parameters hold a NUL byte.
+    let c = |t: &str| CString::new(t).unwrap_or_default();
+    let params: Vec<CString> = params.iter().map(|p| c(p)).collect();
+    let values: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
+    let (n, null) = (values.len() as c_int, std::ptr::null::<c_int>());
     let k = match statement {
-        Statement::Sql(sql) => return send_with(conn, &CString::new(*sql).unwrap_or_default(), false, params),
+        // SAFETY (each call below): a live connection with nothing in
+        // flight; the strings and arrays outlive the call.
+        Statement::Sql(sql) => return sent(conn, unsafe { (l.send_query_params)(conn, c(sql).as_ptr(), n, std::ptr::null(), values.as_ptr(), null, null, 0) }),
         Statement::Mint(k) => *k,
     };
-    let prepared = CONNECTIONS.borrow_mut().iter().any(|c| c.node == node && c.prepared[k]);
-    if !prepared {
-        send_prepare(conn, k, &mint_statement(k == 1))?;
+    if !CONNECTIONS.borrow_mut().iter().any(|c| c.node == node && c.prepared[k]) {
+        let (sql, types) = (c(&mint_statement(k == 1)), &STATEMENT_TYPES[k]);
+        sent(conn, unsafe { (l.send_prepare)(conn, STATEMENT_NAMES[k].as_ptr(), sql.as_ptr(), types.len() as c_int, types.as_ptr()) })?;
         answer(conn).map_err(Failure::why)?;
         CONNECTIONS.borrow_mut().iter_mut().filter(|c| c.node == node).for_each(|c| c.prepared[k] = true);
     }
-    send_with(conn, STATEMENT_NAMES[k], true, params)
+    sent(conn, unsafe { (l.send_query_prepared)(conn, STATEMENT_NAMES[k].as_ptr(), n, values.as_ptr(), null, null, 0) })
+}
+
+/// What a `PQsend*` function returned on `conn`: 0 if it failed.
+fn sent(conn: *mut c_void, returned: c_int) -> Result<(), String> {
+    match returned {
+        // SAFETY: a live connection.
+        0 => Err(message(unsafe { (libpq().error_message)(conn) })),
+        _ => Ok(()),
+    }
 }
 
 /// A connection of this session's, to one node.
@@ -612,8 +536,18 @@ fn connect(node: u64, info: &str) -> Result<*mut c_void, String> {
     if let Some(c) = oldest {
         give_up(c.node, finish_and_wait(c.conn));
     }
-    let conn = connect_start(&CString::new(info).unwrap_or_default())?;
+    let l = libpq();
+    // SAFETY: libpq's non-blocking connect, which copies the string.
+    let conn = unsafe { (l.connect_start)(CString::new(info).unwrap_or_default().as_ptr()) };
+    if conn.is_null() {
+        return Err("out of memory".into());
+    }
+    // Kept, failed or not, until `close` finishes it.
     CONNECTIONS.borrow_mut().push(Connection { node, info: info.to_owned(), conn, prepared: [false; 2] });
+    // SAFETY (here and below): a live connection.
+    if unsafe { (l.status)(conn) } == CONNECTION_BAD {
+        return Err(message(unsafe { (l.error_message)(conn) }));
+    }
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut writing = true;
     loop {
@@ -621,10 +555,13 @@ fn connect(node: u64, info: &str) -> Result<*mut c_void, String> {
         if left.is_zero() || !wait(conn, writing, left) {
             return Err(format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs()));
         }
-        match connect_poll(conn)? {
-            None => return Ok(conn),
-            Some(w) => writing = w,
-        }
+        // One step of libpq's connection sequence, its socket being ready.
+        writing = match unsafe { (l.connect_poll)(conn) } {
+            PGRES_POLLING_OK => return Ok(conn),
+            PGRES_POLLING_READING => false,
+            PGRES_POLLING_WRITING => true,
+            _ => return Err(message(unsafe { (l.error_message)(conn) })),
+        };
     }
 }
 
@@ -716,7 +653,7 @@ unsafe fn failure(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Failure {
         // SAFETY: the caller's.
         return Failure::Broken(why.unwrap_or_else(|| message(unsafe { (l.error_message)(conn) })));
     }
-    Failure::Remote(Remote {
+    Failure::Remote(IdError::Relayed {
         sqlstate: field(b'C').unwrap_or_else(|| "XX000".into()),
         message: field(b'M').unwrap_or_default(),
         detail: field(b'D'),
@@ -732,46 +669,55 @@ const PGRES_POLLING_OK: c_int = 3;
 const PGRES_COMMAND_OK: c_int = 1;
 const PGRES_TUPLES_OK: c_int = 2;
 
-/// The libpq functions we call, resolved once per process.
-struct Libpq {
-    connect_start: unsafe extern "C" fn(*const c_char) -> *mut c_void,
-    connect_poll: unsafe extern "C" fn(*mut c_void) -> c_int,
-    status: unsafe extern "C" fn(*const c_void) -> c_int,
-    error_message: unsafe extern "C" fn(*const c_void) -> *const c_char,
-    finish: unsafe extern "C" fn(*mut c_void),
-    socket: unsafe extern "C" fn(*const c_void) -> c_int,
-    send_prepare: unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char, c_int, *const pg_sys::Oid) -> c_int,
-    #[allow(clippy::type_complexity)]
-    send_query_prepared: unsafe extern "C" fn(
-        *mut c_void,
-        *const c_char,
-        c_int,
-        *const *const c_char,
-        *const c_int,
-        *const c_int,
-        c_int,
-    ) -> c_int,
-    #[allow(clippy::type_complexity)]
-    send_query_params: unsafe extern "C" fn(
-        *mut c_void,
-        *const c_char,
-        c_int,
-        *const pg_sys::Oid,
-        *const *const c_char,
-        *const c_int,
-        *const c_int,
-        c_int,
-    ) -> c_int,
-    consume_input: unsafe extern "C" fn(*mut c_void) -> c_int,
-    is_busy: unsafe extern "C" fn(*mut c_void) -> c_int,
-    get_result: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
-    result_status: unsafe extern "C" fn(*const c_void) -> c_int,
-    ntuples: unsafe extern "C" fn(*const c_void) -> c_int,
-    nfields: unsafe extern "C" fn(*const c_void) -> c_int,
-    get_is_null: unsafe extern "C" fn(*const c_void, c_int, c_int) -> c_int,
-    get_value: unsafe extern "C" fn(*const c_void, c_int, c_int) -> *const c_char,
-    result_error_field: unsafe extern "C" fn(*const c_void, c_int) -> *const c_char,
-    clear: unsafe extern "C" fn(*mut c_void),
+/// Declares the libpq functions we call, each as libpq-fe.h declares it
+/// (`*mut c_void` for a connection or a result), and how to resolve them.
+macro_rules! libpq_functions {
+    ($($field:ident = $symbol:literal: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        struct Libpq {
+            $($field: unsafe extern "C" fn($($arg),*) -> $ret,)*
+        }
+
+        /// # Safety
+        /// `handle` is libpq's, from `dlopen`.
+        unsafe fn resolve(handle: *mut c_void) -> Libpq {
+            Libpq {
+                $($field: {
+                    // SAFETY: looks a symbol up in a live handle.
+                    let p = unsafe { dlsym(handle, $symbol.as_ptr()) };
+                    if p.is_null() {
+                        IdError::Internal(format!("libpq has no {:?}", $symbol)).raise()
+                    }
+                    // SAFETY: the symbol's type is the one declared with it above.
+                    unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(p) }
+                },)*
+            }
+        }
+    };
+}
+
+type Oids = *const pg_sys::Oid;
+type Texts = *const *const c_char;
+
+libpq_functions! {
+    connect_start = c"PQconnectStart": fn(*const c_char) -> *mut c_void;
+    connect_poll = c"PQconnectPoll": fn(*mut c_void) -> c_int;
+    status = c"PQstatus": fn(*const c_void) -> c_int;
+    error_message = c"PQerrorMessage": fn(*const c_void) -> *const c_char;
+    finish = c"PQfinish": fn(*mut c_void) -> ();
+    socket = c"PQsocket": fn(*const c_void) -> c_int;
+    send_prepare = c"PQsendPrepare": fn(*mut c_void, *const c_char, *const c_char, c_int, Oids) -> c_int;
+    send_query_prepared = c"PQsendQueryPrepared": fn(*mut c_void, *const c_char, c_int, Texts, *const c_int, *const c_int, c_int) -> c_int;
+    send_query_params = c"PQsendQueryParams": fn(*mut c_void, *const c_char, c_int, Oids, Texts, *const c_int, *const c_int, c_int) -> c_int;
+    consume_input = c"PQconsumeInput": fn(*mut c_void) -> c_int;
+    is_busy = c"PQisBusy": fn(*mut c_void) -> c_int;
+    get_result = c"PQgetResult": fn(*mut c_void) -> *mut c_void;
+    result_status = c"PQresultStatus": fn(*const c_void) -> c_int;
+    ntuples = c"PQntuples": fn(*const c_void) -> c_int;
+    nfields = c"PQnfields": fn(*const c_void) -> c_int;
+    get_is_null = c"PQgetisnull": fn(*const c_void, c_int, c_int) -> c_int;
+    get_value = c"PQgetvalue": fn(*const c_void, c_int, c_int) -> *const c_char;
+    result_error_field = c"PQresultErrorField": fn(*const c_void, c_int) -> *const c_char;
+    clear = c"PQclear": fn(*mut c_void) -> ();
 }
 
 extern "C" {
@@ -779,49 +725,17 @@ extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
 }
 
-// Each transmute's target is the type of the field it fills.
-#[allow(clippy::missing_transmute_annotations)]
+/// The libpq Citus loaded (same soname), resolved once per process.
 fn libpq() -> &'static Libpq {
     static LIBPQ: once_cell::sync::OnceCell<Libpq> = once_cell::sync::OnceCell::new();
     LIBPQ.get_or_init(|| {
         const RTLD_NOW: c_int = 2;
-        // SAFETY: dlopen of the libpq Citus already loaded (same soname), and
-        // each symbol transmuted to the type libpq-fe.h declares for it.
-        unsafe {
-            let handle = dlopen(c"libpq.so.5".as_ptr(), RTLD_NOW);
-            if handle.is_null() {
-                IdError::Internal("libpq.so.5 cannot be loaded".into()).raise()
-            }
-            macro_rules! sym {
-                ($name:literal) => {{
-                    let p = dlsym(handle, $name.as_ptr());
-                    if p.is_null() {
-                        IdError::Internal(format!("libpq has no {:?}", $name)).raise()
-                    }
-                    std::mem::transmute::<*mut c_void, _>(p)
-                }};
-            }
-            Libpq {
-                connect_start: sym!(c"PQconnectStart"),
-                connect_poll: sym!(c"PQconnectPoll"),
-                status: sym!(c"PQstatus"),
-                error_message: sym!(c"PQerrorMessage"),
-                finish: sym!(c"PQfinish"),
-                socket: sym!(c"PQsocket"),
-                send_prepare: sym!(c"PQsendPrepare"),
-                send_query_prepared: sym!(c"PQsendQueryPrepared"),
-                send_query_params: sym!(c"PQsendQueryParams"),
-                consume_input: sym!(c"PQconsumeInput"),
-                is_busy: sym!(c"PQisBusy"),
-                get_result: sym!(c"PQgetResult"),
-                result_status: sym!(c"PQresultStatus"),
-                ntuples: sym!(c"PQntuples"),
-                nfields: sym!(c"PQnfields"),
-                get_is_null: sym!(c"PQgetisnull"),
-                get_value: sym!(c"PQgetvalue"),
-                result_error_field: sym!(c"PQresultErrorField"),
-                clear: sym!(c"PQclear"),
-            }
+        // SAFETY: dlopen of a library by soname; the handle is kept for good.
+        let handle = unsafe { dlopen(c"libpq.so.5".as_ptr(), RTLD_NOW) };
+        if handle.is_null() {
+            IdError::Internal("libpq.so.5 cannot be loaded".into()).raise()
         }
+        // SAFETY: libpq's handle.
+        unsafe { resolve(handle) }
     })
 }

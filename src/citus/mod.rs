@@ -10,7 +10,7 @@
 //! (Citus's metadata, which every node has, and the hand-over record). A
 //! call entering elsewhere is sent to that node over the session's own
 //! connection (see [`libpq`]), and answers what it answered; a statement minting
-//! many rows takes them in blocks (see [`Block`]). When a schema's
+//! many rows takes them in blocks (see `core::blocks`). When a schema's
 //! placement moves, the new holder takes the shard over before it mints
 //! (see [`handover`]): its first ID is above the old holder's last.
 //!
@@ -39,6 +39,7 @@ use metadata::Addr;
 
 use crate::backend::BackendLocal;
 use crate::catalog;
+use crate::core::blocks::Blocks;
 use crate::core::layout::Shard;
 use crate::core::route::{self, Decision, Facts, Node, Refusal};
 use crate::errors::{IdError, OrRaise};
@@ -91,11 +92,11 @@ unsafe extern "C-unwind" fn statement_analyzed(pstate: *mut pg_sys::ParseState, 
 }
 
 /// What is minted for: this node group's own shard, a logical shard, or
-/// a schema's (with how to find its shard in the registry, on the coordinator).
+/// a schema's.
 pub enum Call<'a> {
     Node,
     Shard(Shard),
-    Schema(&'a str, &'a dyn Fn() -> Shard),
+    Schema(&'a str),
 }
 
 impl Call<'_> {
@@ -116,30 +117,6 @@ enum Key {
     Schema(String),
 }
 
-/// The most IDs one round trip fetches: a millisecond's worth of one shard.
-const MAX_BLOCK: u32 = 1024;
-
-/// The most shards and schemas one statement keeps blocks for; past it the
-/// blocks start over (bounding a backend's memory).
-const MAX_BLOCKS: usize = 64;
-
-/// IDs the minting node minted for one shard or schema in the current
-/// statement, not yet handed out. Each fetch takes twice as many as the
-/// last, from 1 up to [`MAX_BLOCK`]: a statement that mints one row pays one
-/// round trip and skips no ID; one that mints 20,000 pays 29. Every ID of a
-/// block was minted after the statement began, so it is above every ID of
-/// its shard acknowledged before; those left when the statement ends are
-/// skipped, never handed out. A statement's IDs of one shard rise in the
-/// order it takes them, whichever of its calls takes them; IDs of
-/// statements running at once interleave.
-struct Block {
-    key: Key,
-    ids: VecDeque<i64>,
-    next: u32,
-    /// The logical shard of its IDs, once fetched.
-    shard: Option<i32>,
-}
-
 /// The statement the blocks belong to: the client's command (by its start
 /// time, a new one at every protocol message), the statements analyzed
 /// before it (a new one for each statement of a query string: they share a
@@ -150,7 +127,7 @@ struct Block {
 /// it is closed).
 type Statement = (pg_sys::TimestampTz, u64, pg_sys::Oid);
 
-static BLOCKS: BackendLocal<(Option<Statement>, Vec<Block>)> = BackendLocal::new((None, Vec::new()));
+static BLOCKS: BackendLocal<Blocks<Statement, Key>> = BackendLocal::new(Blocks::new());
 
 /// Where a call is minted on a Citus cluster.
 pub enum Routed {
@@ -214,7 +191,7 @@ impl Seen {
         let mut seen = Seen {
             facts: Facts {
                 group: place.group,
-                hop: libpq::hop(),
+                hop: admission::forwarded(),
                 fresh,
                 node_shards: metadata::node_shards(),
                 in_cluster: place.in_cluster,
@@ -227,7 +204,7 @@ impl Seen {
         let asked = match call {
             Call::Node => return seen,
             Call::Shard(shard) => *shard,
-            Call::Schema(name, _) => {
+            Call::Schema(name) => {
                 seen.schema = Some((*name).to_string());
                 seen.holder = metadata::holder(name);
                 seen.facts.holder = seen.holder.as_ref().map(|h| h.group);
@@ -236,10 +213,7 @@ impl Seen {
                 }
                 match (place.group, &seen.holder) {
                     // The coordinator: the registry's shard.
-                    (0, _) => match call {
-                        Call::Schema(_, resolve) => resolve(),
-                        _ => unreachable!(),
-                    },
+                    (0, _) => crate::schema_shards::shard_of(name),
                     // A worker holding the data: the shard it took for the schema, if it did.
                     (_, Some(h)) => match handover::held_for_schema(h.schema) {
                         Some(e) => Shard::new(e.shard).or_raise(),
@@ -417,23 +391,9 @@ fn forward(addr: &Addr, key: Key, function: &'static str, args: &str, what: &str
     crate::mark::check_writable(function);
     // SAFETY: reads the current command's start time and the current role.
     let statement = unsafe { (pg_sys::GetCurrentStatementStartTimestamp(), ANALYZED.load(Ordering::Relaxed), pg_sys::GetUserId()) };
-    let n = {
-        let mut blocks = BLOCKS.borrow_mut();
-        let (of, blocks) = &mut *blocks;
-        if *of != Some(statement) || blocks.len() >= MAX_BLOCKS && !blocks.iter().any(|b| b.key == key) {
-            *of = Some(statement);
-            blocks.clear();
-        }
-        match blocks.iter_mut().find(|b| b.key == key) {
-            Some(b) => match b.ids.pop_front() {
-                Some(id) => return id,
-                None => b.next,
-            },
-            None => {
-                blocks.push(Block { key: key.clone(), ids: VecDeque::new(), next: 1, shard: None });
-                1
-            }
-        }
+    let n = match BLOCKS.borrow_mut().take(statement, &key) {
+        Ok(id) => return id,
+        Err(n) => n,
     };
     // No borrow is held across the round trip, which may raise.
     let (schema, value) = match &key {
@@ -444,18 +404,6 @@ fn forward(addr: &Addr, key: Key, function: &'static str, args: &str, what: &str
     let mut ids: VecDeque<i64> = libpq::mint(addr, schema, &value, n, function, &libpq::signature(function, args), &what).into();
     let first = ids.pop_front().unwrap_or_else(|| IdError::Internal("another node returned no ID".into()).raise());
     let shard = crate::core::layout::decompose(first).or_raise().shard;
-    let mut blocks = BLOCKS.borrow_mut();
-    for b in blocks.1.iter_mut() {
-        if b.key == key {
-            b.ids = std::mem::take(&mut ids);
-            b.next = (n * 2).min(MAX_BLOCK);
-            b.shard = Some(shard);
-        } else if b.shard == Some(shard) {
-            // The same shard by another call (`next_shard_id` of a schema's
-            // shard beside `next_schema_id`): what that block holds is below
-            // what was just fetched, so it is never handed out after it.
-            b.ids.clear();
-        }
-    }
+    BLOCKS.borrow_mut().fill(&key, ids, n, shard);
     first
 }

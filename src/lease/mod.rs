@@ -48,8 +48,14 @@ pub fn check(leases: &LeaseState, shard: Shard) -> Result<Option<i64>, IdError> 
 
 #[cold]
 fn not_held(leases: &LeaseState, shard: i32) -> IdError {
-    let why = LeaseWhy::from_u32(leases.why[shard as usize].load(Ordering::Acquire));
-    IdError::LeaseNotHeld { shard, why, store: settings::lease_store().unwrap_or_default() }
+    IdError::LeaseNotHeld { shard, why: why_of(leases, shard as usize), store: settings::lease_store().unwrap_or_default() }
+}
+
+/// Why shard `i` holds no lease, as the keeper last stored it.
+fn why_of(leases: &LeaseState, i: usize) -> LeaseWhy {
+    use LeaseWhy::*;
+    let v = leases.why[i].load(Ordering::Acquire);
+    [NotAsked, Asking, Held, HeldElsewhere, Unreachable, Lost, Released, Refused, NotLeader].into_iter().find(|w| *w as u32 == v).unwrap_or(NotAsked)
 }
 
 /// A reservation that also stops at the lease's mark (in the generator's
@@ -123,7 +129,7 @@ fn shard_leases() -> TableIterator<
     let now = clock::coarse_ns();
     let rows: Vec<_> = (0..=MAX_SHARD as usize)
         .filter_map(|i| {
-            let why = LeaseWhy::from_u32(leases.why[i].load(Ordering::Acquire));
+            let why = why_of(leases, i);
             let until = leases.valid_until_ns[i].load(Ordering::Acquire);
             let cap = leases.cap_ms[i].load(Ordering::Acquire);
             if why == LeaseWhy::NotAsked && until == 0 {
