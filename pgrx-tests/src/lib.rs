@@ -259,10 +259,10 @@ impl Server {
     }
 
     /// Shifts the server's clock by `offset` (libfaketime syntax, such as
-    /// `-600s`), at once: the server reads the file at every clock reading.
+    /// `-600s`); every process of the server reads it by the time this returns.
     pub fn set_clock(&self, offset: &str) {
         let file = self.env.iter().find(|(k, _)| k == "FAKETIME_TIMESTAMP_FILE").expect("a server with a clock file");
-        std::fs::write(&file.1, format!("{offset}\n")).unwrap();
+        write_clock(Path::new(&file.1), offset);
     }
 
     /// Waits (at most a minute) until this standby has replayed everything
@@ -466,19 +466,50 @@ fn connect(conninfo: &str, context: impl FnOnce() -> String) -> Client {
 /// Debian's libfaketime, which shifts a server's clock.
 const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
+/// How a server's processes read their clock file: at the first clock
+/// reading of each wall-clock second, not at every reading
+/// (`FAKETIME_NO_CACHE`). libfaketime reads the file with `fopen`, which
+/// allocates, also inside a signal handler that reads the clock
+/// (PostgreSQL's `SIGALRM` handler does): read at every reading, a timeout
+/// that interrupted `malloc` corrupted the heap (a backend aborted in
+/// `malloc()` or at exit, about one run in ten of a test whose sessions
+/// time out every 250 ms, under load). Read once a second, the handler is
+/// seldom the reading that reads it.
+pub const FAKETIME_CACHE: &str = "FAKETIME_CACHE_DURATION=0";
+
 /// The environment that runs a server under libfaketime with the offset in `file`.
 fn faketime_env(file: &str) -> Vec<(String, String)> {
     assert!(Path::new(FAKETIME_LIB).exists(), "{FAKETIME_LIB} is missing: install Debian's faketime package");
+    let (cache, seconds) = FAKETIME_CACHE.split_once('=').unwrap();
     [
         ("LD_PRELOAD", FAKETIME_LIB),
         ("FAKETIME_TIMESTAMP_FILE", file),
-        ("FAKETIME_NO_CACHE", "1"),
+        (cache, seconds),
         // Shift only the wall clock: PostgreSQL's timers use the monotonic one.
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
+}
+
+/// Writes `offset` to clock file `file`, then waits until the wall clock
+/// is in a later second than when it was written (and 50 ms more): a
+/// process of the server reads it at its next clock reading after that
+/// (see [`FAKETIME_CACHE`]).
+pub fn write_clock(file: &Path, offset: &str) {
+    let second = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let written = second();
+    std::fs::write(file, format!("{offset}\n")).unwrap();
+    // At most about a second: 30 naps of 50 ms.
+    for _ in 0..30 {
+        if second() > written {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(second() > written, "the wall clock did not move on within 1.5 s");
+    std::thread::sleep(Duration::from_millis(50));
 }
 
 /// Waits (at most `secs`, polling every 100 ms) until `f` holds; fails the test naming `what` otherwise.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
 
-use crate::{bindir, eventually, FAKETIME_LIB};
+use crate::{bindir, eventually, write_clock, FAKETIME_CACHE, FAKETIME_LIB};
 pub use crate::etcd::Etcd;
 
 /// Why Patroni clusters cannot run here, if they cannot.
@@ -115,9 +115,10 @@ impl Node {
         self.dir.join("data")
     }
 
-    /// Shifts this node's PostgreSQL clock (libfaketime syntax, such as `-30s`), at once.
+    /// Shifts this node's PostgreSQL clock (libfaketime syntax, such as
+    /// `-30s`); every process of the node reads it by the time this returns.
     pub fn set_clock(&self, offset: &str) {
-        std::fs::write(self.dir.join("faketime"), format!("{offset}\n")).unwrap();
+        write_clock(&self.dir.join("faketime"), offset);
     }
 
     /// The postmaster's process id, if it runs.
@@ -464,7 +465,7 @@ fn wrapper_bindir(node_dir: &Path) -> PathBuf {
     std::fs::write(
         bin.join("postgres"),
         format!(
-            "#!/bin/sh\nLD_PRELOAD={FAKETIME_LIB} FAKETIME_TIMESTAMP_FILE={} FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1 exec {} \"$@\"\n",
+            "#!/bin/sh\nLD_PRELOAD={FAKETIME_LIB} FAKETIME_TIMESTAMP_FILE={} {FAKETIME_CACHE} FAKETIME_DONT_FAKE_MONOTONIC=1 exec {} \"$@\"\n",
             clock.display(),
             bindir().join("postgres").display()
         ),
