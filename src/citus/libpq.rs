@@ -1,10 +1,11 @@
 //! Calls to other nodes of the cluster, over libpq, linked as dblink and
-//! postgres_fdw link it (bound through the `pq-sys` crate). A session calls another node over a connection of its own,
-//! made as the extension's owner (a superuser, as Citus's own metadata
-//! sessions are), in the same database, with Citus's own
-//! `citus.node_conninfo` and the owner's entry in `pg_dist_authinfo`: no
-//! application role needs a password on another node. Minting and the
-//! steps of a hand-over go the same way ([`mint`], [`call`]).
+//! postgres_fdw link it (bound through the `pq-sys` crate). A session
+//! calls another node over a connection of its own, made as the
+//! extension's owner (a superuser, as Citus's own metadata sessions are),
+//! in the same database, with Citus's own `citus.node_conninfo` and the
+//! owner's entry in `pg_dist_authinfo`: no application role needs a
+//! password on another node. Minting and the steps of a hand-over go the
+//! same way ([`mint`], [`call`]).
 //!
 //! The server's sessions together keep at most
 //! `pg_idgen.citus_max_connections_per_node` connections to any one node,
@@ -12,15 +13,18 @@
 //! call waits its turn at most [`WAIT`] (53300), and a session whose call
 //! ends while another waits for the node, once it had its turn a while,
 //! closes its connection; otherwise it keeps it until the other node ends
-//! it, idle for [`IDLE`]. Every wait
-//! can be cancelled and is bounded: a turn by [`WAIT`], connecting by
-//! [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
+//! it, idle for [`IDLE`]. Every wait can be cancelled and is bounded: a
+//! turn by [`WAIT`], connecting by [`CONNECT_TIMEOUT`], an answer by
+//! [`ANSWER_TIMEOUT`].
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::time::{Duration, Instant};
 
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
+// pq-sys types libpq's status codes as Rust enums (its bindings list the
+// codes of libpq 17 and later); every code libpq 15 to 18 returns to the
+// calls made here (no pipeline, no chunked rows) is one of their variants.
 use pq_sys::{ConnStatusType, PGconn, PGresult, PostgresPollingStatusType};
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory};
 
