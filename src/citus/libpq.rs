@@ -1,11 +1,12 @@
-//! Calls to other nodes of the cluster, over libpq, linked as dblink and
-//! postgres_fdw link it (bound through the `pq-sys` crate). A session
-//! calls another node over a connection of its own, made as the
-//! extension's owner (a superuser, as Citus's own metadata sessions are),
-//! in the same database, with Citus's own `citus.node_conninfo` and the
-//! owner's entry in `pg_dist_authinfo`: no application role needs a
-//! password on another node. Minting and the steps of a hand-over go the
-//! same way ([`mint`], [`call`]).
+//! Calls to other nodes of the cluster, over libpq: the one Citus loaded
+//! (`citus.so` links it), found with `dlopen`. Not linked: a preloaded
+//! library linking it would choose every process's libpq at the server's
+//! start, the walreceiver's too (see CONTRIBUTING). A session calls another
+//! node over a connection of its own, as the extension's owner (a superuser,
+//! as Citus's own metadata sessions are), in the same database, with
+//! `citus.node_conninfo` and the owner's entry in `pg_dist_authinfo`: no
+//! application role needs a password on another node. Minting and
+//! hand-overs go the same way ([`mint`], [`call`]).
 //!
 //! The server's sessions together keep at most
 //! `pg_idgen.citus_max_connections_per_node` connections to any one node,
@@ -14,18 +15,13 @@
 //! ends while another waits for the node, once it had its turn a while,
 //! closes its connection; otherwise it keeps it until the other node ends
 //! it, idle for [`IDLE`]. Every wait can be cancelled and is bounded: a
-//! turn by [`WAIT`], connecting by [`CONNECT_TIMEOUT`], an answer by
-//! [`ANSWER_TIMEOUT`].
+//! turn by [`WAIT`], connecting by [`CONNECT_TIMEOUT`], an answer by [`ANSWER_TIMEOUT`].
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::{Duration, Instant};
 
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
-// pq-sys types libpq's status codes as Rust enums (its bindings list the
-// codes of libpq 17 and later); every code libpq 15 to 18 returns to the
-// calls made here (no pipeline, no chunked rows) is one of their variants.
-use pq_sys::{ConnStatusType, PGconn, PGresult, PostgresPollingStatusType};
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory};
 
 use super::admission;
@@ -157,10 +153,8 @@ pub fn signature(function: &str, args: &str) -> String {
 }
 
 const STATEMENT_NAMES: [&CStr; 2] = [c"pg_idgen_shard", c"pg_idgen_schema"];
-const STATEMENT_TYPES: [[pq_sys::Oid; 4]; 2] = {
-    let (int4, name, text) = (pg_sys::INT4OID.to_u32(), pg_sys::NAMEOID.to_u32(), pg_sys::TEXTOID.to_u32());
-    [[int4, int4, name, text], [text, int4, name, text]]
-};
+const STATEMENT_TYPES: [[pg_sys::Oid; 4]; 2] =
+    [[pg_sys::INT4OID, pg_sys::INT4OID, pg_sys::NAMEOID, pg_sys::TEXTOID], [pg_sys::TEXTOID, pg_sys::INT4OID, pg_sys::NAMEOID, pg_sys::TEXTOID]];
 
 /// How to reach `addr`: as the extension's owner, in this database, one hop
 /// further than this session, the other node ending the session once unused
@@ -195,46 +189,46 @@ fn conninfo(addr: &Addr) -> String {
 }
 
 /// The connection's socket (-1 for none).
-fn socket(conn: *mut PGconn) -> c_int {
+fn socket(conn: *mut c_void) -> c_int {
     if conn.is_null() {
         return -1;
     }
     // SAFETY: a live connection.
-    unsafe { pq_sys::PQsocket(conn) }
+    unsafe { (libpq().socket)(conn) }
 }
 
 /// Reads what arrived for the command in flight: None while its answer is
 /// incomplete, else its rows (none for a preparation) or what failed; every
 /// result is cleared.
-fn read(conn: *mut PGconn) -> Option<Result<Rows, Failure>> {
-    use pq_sys::*;
+fn read(conn: *mut c_void) -> Option<Result<Rows, Failure>> {
+    let l = libpq();
     // SAFETY: a live connection; every result is read below its counts and cleared.
     unsafe {
-        if PQconsumeInput(conn) == 0 {
-            return Some(Err(Failure::Broken(message(PQerrorMessage(conn)))));
+        if (l.consume_input)(conn) == 0 {
+            return Some(Err(Failure::Broken(message((l.error_message)(conn)))));
         }
-        if PQisBusy(conn) != 0 {
+        if (l.is_busy)(conn) != 0 {
             return None;
         }
         let mut outcome = None;
         loop {
-            let res = PQgetResult(conn);
+            let res = (l.get_result)(conn);
             if res.is_null() {
                 break;
             }
             if outcome.is_none() {
-                outcome = Some(match PQresultStatus(res) {
-                    ExecStatusType::PGRES_COMMAND_OK => Ok(Vec::new()),
-                    ExecStatusType::PGRES_TUPLES_OK => {
-                        let (rows, columns) = (PQntuples(res), PQnfields(res));
+                outcome = Some(match (l.result_status)(res) {
+                    PGRES_COMMAND_OK => Ok(Vec::new()),
+                    PGRES_TUPLES_OK => {
+                        let (rows, columns) = ((l.ntuples)(res), (l.nfields)(res));
                         Ok((0..rows)
-                            .map(|r| (0..columns).map(|f| (PQgetisnull(res, r, f) == 0).then(|| message(PQgetvalue(res, r, f)))).collect())
+                            .map(|r| (0..columns).map(|f| ((l.get_is_null)(res, r, f) == 0).then(|| message((l.get_value)(res, r, f)))).collect())
                             .collect())
                     }
-                    _ => Err(failure(conn, res)),
+                    _ => Err(failure(l, conn, res)),
                 });
             }
-            PQclear(res);
+            (l.clear)(res);
         }
         Some(outcome.unwrap_or_else(|| Err(Failure::Broken("no answer".into()))))
     }
@@ -246,11 +240,11 @@ fn read(conn: *mut PGconn) -> Option<Result<Rows, Failure>> {
 /// `ProcKill`), so a session that takes the turn given up after this does
 /// not find that one still there. False if it had not ended by then (it is
 /// running a statement, which its `statement_timeout` ends).
-fn finish_and_wait(conn: *mut PGconn) -> bool {
+fn finish_and_wait(conn: *mut c_void) -> bool {
     // SAFETY: duplicates the socket of a live connection; the copy is ours.
     let fd = unsafe { libc::dup(socket(conn)) };
     // SAFETY: a connection libpq made and nobody else holds.
-    unsafe { pq_sys::PQfinish(conn) };
+    unsafe { (libpq().finish)(conn) };
     if fd < 0 {
         return true;
     }
@@ -361,8 +355,8 @@ fn run(addr: &Addr, statement: Statement<'_>, params: &[String], function: &'sta
 
 /// Sends `statement` on `conn` with text parameters, preparing a minting
 /// statement first if this connection has not.
-fn send(conn: *mut PGconn, node: u64, statement: &Statement<'_>, params: &[String]) -> Result<(), String> {
-    use pq_sys::{PQsendPrepare, PQsendQueryParams, PQsendQueryPrepared};
+fn send(conn: *mut c_void, node: u64, statement: &Statement<'_>, params: &[String]) -> Result<(), String> {
+    let l = libpq();
     // Neither SQL nor parameters hold a NUL byte.
     let c = |t: &str| CString::new(t).unwrap_or_default();
     let params: Vec<CString> = params.iter().map(|p| c(p)).collect();
@@ -371,23 +365,23 @@ fn send(conn: *mut PGconn, node: u64, statement: &Statement<'_>, params: &[Strin
     let k = match statement {
         // SAFETY (each call below): a live connection with nothing in
         // flight; the strings and arrays outlive the call.
-        Statement::Sql(sql) => return sent(conn, unsafe { PQsendQueryParams(conn, c(sql).as_ptr(), n, std::ptr::null(), values.as_ptr(), null, null, 0) }),
+        Statement::Sql(sql) => return sent(conn, unsafe { (l.send_query_params)(conn, c(sql).as_ptr(), n, std::ptr::null(), values.as_ptr(), null, null, 0) }),
         Statement::Mint(k) => *k,
     };
     if !CONNECTIONS.borrow_mut().iter().any(|c| c.node == node && c.prepared[k]) {
         let (sql, types) = (c(&mint_statement(k == 1)), &STATEMENT_TYPES[k]);
-        sent(conn, unsafe { PQsendPrepare(conn, STATEMENT_NAMES[k].as_ptr(), sql.as_ptr(), types.len() as c_int, types.as_ptr()) })?;
+        sent(conn, unsafe { (l.send_prepare)(conn, STATEMENT_NAMES[k].as_ptr(), sql.as_ptr(), types.len() as c_int, types.as_ptr()) })?;
         answer(conn).map_err(Failure::why)?;
         CONNECTIONS.borrow_mut().iter_mut().filter(|c| c.node == node).for_each(|c| c.prepared[k] = true);
     }
-    sent(conn, unsafe { PQsendQueryPrepared(conn, STATEMENT_NAMES[k].as_ptr(), n, values.as_ptr(), null, null, 0) })
+    sent(conn, unsafe { (l.send_query_prepared)(conn, STATEMENT_NAMES[k].as_ptr(), n, values.as_ptr(), null, null, 0) })
 }
 
 /// What a `PQsend*` function returned on `conn`: 0 if it failed.
-fn sent(conn: *mut PGconn, returned: c_int) -> Result<(), String> {
+fn sent(conn: *mut c_void, returned: c_int) -> Result<(), String> {
     match returned {
         // SAFETY: a live connection.
-        0 => Err(message(unsafe { pq_sys::PQerrorMessage(conn) })),
+        0 => Err(message(unsafe { (libpq().error_message)(conn) })),
         _ => Ok(()),
     }
 }
@@ -396,7 +390,7 @@ fn sent(conn: *mut PGconn, returned: c_int) -> Result<(), String> {
 struct Connection {
     node: u64,
     info: String,
-    conn: *mut PGconn,
+    conn: *mut c_void,
     prepared: [bool; 2],
 }
 
@@ -452,7 +446,7 @@ impl Drop for Pending {
 /// this server's other sessions have connections there is shared by turns
 /// on those (see `Pool::refused`); past [`WAIT`], or with none there, the
 /// refusal is the call's error.
-fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Result<*mut PGconn, String> {
+fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Result<*mut c_void, String> {
     register_callbacks_once();
     let limit = MAX_PER_NODE.get().max(1) as usize;
     let start = Instant::now();
@@ -463,7 +457,7 @@ fn connection(addr: &Addr, node: u64, info: &str, function: &'static str) -> Res
             Turn::Kept => {
                 let all = CONNECTIONS.borrow_mut();
                 // SAFETY: reads the status of a live connection.
-                if let Some(c) = all.iter().find(|c| c.node == node && c.info == info && unsafe { pq_sys::PQstatus(c.conn) } == ConnStatusType::CONNECTION_OK) {
+                if let Some(c) = all.iter().find(|c| c.node == node && c.info == info && unsafe { (libpq().status)(c.conn) } == CONNECTION_OK) {
                     return Ok(c.conn);
                 }
             }
@@ -533,7 +527,7 @@ fn close(node: u64) -> bool {
 /// session's connection to it that is not usable (the node ended it, idle,
 /// or it was made with another conninfo), and its oldest connection if it
 /// has as many as it keeps.
-fn connect(node: u64, info: &str) -> Result<*mut PGconn, String> {
+fn connect(node: u64, info: &str) -> Result<*mut c_void, String> {
     close(node);
     let oldest = {
         let mut all = CONNECTIONS.borrow_mut();
@@ -542,17 +536,17 @@ fn connect(node: u64, info: &str) -> Result<*mut PGconn, String> {
     if let Some(c) = oldest {
         give_up(c.node, finish_and_wait(c.conn));
     }
-    use pq_sys::{PQconnectPoll, PQconnectStart, PQerrorMessage, PQstatus};
+    let l = libpq();
     // SAFETY: libpq's non-blocking connect, which copies the string.
-    let conn = unsafe { PQconnectStart(CString::new(info).unwrap_or_default().as_ptr()) };
+    let conn = unsafe { (l.connect_start)(CString::new(info).unwrap_or_default().as_ptr()) };
     if conn.is_null() {
         return Err("out of memory".into());
     }
     // Kept, failed or not, until `close` finishes it.
     CONNECTIONS.borrow_mut().push(Connection { node, info: info.to_owned(), conn, prepared: [false; 2] });
     // SAFETY (here and below): a live connection.
-    if unsafe { PQstatus(conn) } == ConnStatusType::CONNECTION_BAD {
-        return Err(message(unsafe { PQerrorMessage(conn) }));
+    if unsafe { (l.status)(conn) } == CONNECTION_BAD {
+        return Err(message(unsafe { (l.error_message)(conn) }));
     }
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut writing = true;
@@ -562,11 +556,11 @@ fn connect(node: u64, info: &str) -> Result<*mut PGconn, String> {
             return Err(format!("timeout expired after {} s", CONNECT_TIMEOUT.as_secs()));
         }
         // One step of libpq's connection sequence, its socket being ready.
-        writing = match unsafe { PQconnectPoll(conn) } {
-            PostgresPollingStatusType::PGRES_POLLING_OK => return Ok(conn),
-            PostgresPollingStatusType::PGRES_POLLING_READING => false,
-            PostgresPollingStatusType::PGRES_POLLING_WRITING => true,
-            _ => return Err(message(unsafe { PQerrorMessage(conn) })),
+        writing = match unsafe { (l.connect_poll)(conn) } {
+            PGRES_POLLING_OK => return Ok(conn),
+            PGRES_POLLING_READING => false,
+            PGRES_POLLING_WRITING => true,
+            _ => return Err(message(unsafe { (l.error_message)(conn) })),
         };
     }
 }
@@ -584,7 +578,7 @@ fn nap() {
 }
 
 /// Waits for the answer to the command sent on `conn`, at most ANSWER_TIMEOUT.
-fn answer(conn: *mut PGconn) -> Result<Rows, Failure> {
+fn answer(conn: *mut c_void) -> Result<Rows, Failure> {
     let deadline = Instant::now() + ANSWER_TIMEOUT;
     loop {
         if let Some(outcome) = read(conn) {
@@ -601,7 +595,7 @@ fn answer(conn: *mut PGconn) -> Result<Rows, Failure> {
 /// Waits until `conn`'s socket is readable (or writable), or `timeout`
 /// passes (false), on the process latch too, so that a cancel or shutdown
 /// is raised here.
-fn wait(conn: *mut PGconn, writing: bool, timeout: Duration) -> bool {
+fn wait(conn: *mut c_void, writing: bool, timeout: Duration) -> bool {
     let socket_event = if writing { pg_sys::WL_SOCKET_WRITEABLE } else { pg_sys::WL_SOCKET_READABLE };
     let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH | socket_event | pg_sys::WL_TIMEOUT) as c_int;
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as std::ffi::c_long;
@@ -647,22 +641,101 @@ fn message(p: *const c_char) -> String {
 ///
 /// # Safety
 /// `res` is a live result of `conn`.
-unsafe fn failure(conn: *mut PGconn, res: *mut PGresult) -> Failure {
+unsafe fn failure(l: &Libpq, conn: *mut c_void, res: *mut c_void) -> Failure {
     let field = |f: u8| {
         // SAFETY: the caller's.
-        let p = unsafe { pq_sys::PQresultErrorField(res, f as c_int) };
+        let p = unsafe { (l.result_error_field)(res, f as c_int) };
         (!p.is_null()).then(|| message(p))
     };
     // SAFETY: the caller's.
-    if unsafe { pq_sys::PQstatus(conn) } != ConnStatusType::CONNECTION_OK || matches!(field(b'V').as_deref(), Some("FATAL" | "PANIC")) {
+    if unsafe { (l.status)(conn) } != CONNECTION_OK || matches!(field(b'V').as_deref(), Some("FATAL" | "PANIC")) {
         let why = field(b'M');
         // SAFETY: the caller's.
-        return Failure::Broken(why.unwrap_or_else(|| message(unsafe { pq_sys::PQerrorMessage(conn) })));
+        return Failure::Broken(why.unwrap_or_else(|| message(unsafe { (l.error_message)(conn) })));
     }
     Failure::Remote(IdError::Relayed {
         sqlstate: field(b'C').unwrap_or_else(|| "XX000".into()),
         message: field(b'M').unwrap_or_default(),
         detail: field(b'D'),
         hint: field(b'H'),
+    })
+}
+
+const CONNECTION_OK: c_int = 0;
+const CONNECTION_BAD: c_int = 1;
+const PGRES_POLLING_READING: c_int = 1;
+const PGRES_POLLING_WRITING: c_int = 2;
+const PGRES_POLLING_OK: c_int = 3;
+const PGRES_COMMAND_OK: c_int = 1;
+const PGRES_TUPLES_OK: c_int = 2;
+
+/// Declares the libpq functions we call, each as libpq-fe.h declares it
+/// (`*mut c_void` for a connection or a result), and how to resolve them.
+macro_rules! libpq_functions {
+    ($($field:ident = $symbol:literal: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        struct Libpq {
+            $($field: unsafe extern "C" fn($($arg),*) -> $ret,)*
+        }
+
+        /// # Safety
+        /// `handle` is libpq's, from `dlopen`.
+        unsafe fn resolve(handle: *mut c_void) -> Libpq {
+            Libpq {
+                $($field: {
+                    // SAFETY: looks a symbol up in a live handle.
+                    let p = unsafe { dlsym(handle, $symbol.as_ptr()) };
+                    if p.is_null() {
+                        IdError::Internal(format!("libpq has no {:?}", $symbol)).raise()
+                    }
+                    // SAFETY: the symbol's type is the one declared with it above.
+                    unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(p) }
+                },)*
+            }
+        }
+    };
+}
+
+type Oids = *const pg_sys::Oid;
+type Texts = *const *const c_char;
+
+libpq_functions! {
+    connect_start = c"PQconnectStart": fn(*const c_char) -> *mut c_void;
+    connect_poll = c"PQconnectPoll": fn(*mut c_void) -> c_int;
+    status = c"PQstatus": fn(*const c_void) -> c_int;
+    error_message = c"PQerrorMessage": fn(*const c_void) -> *const c_char;
+    finish = c"PQfinish": fn(*mut c_void) -> ();
+    socket = c"PQsocket": fn(*const c_void) -> c_int;
+    send_prepare = c"PQsendPrepare": fn(*mut c_void, *const c_char, *const c_char, c_int, Oids) -> c_int;
+    send_query_prepared = c"PQsendQueryPrepared": fn(*mut c_void, *const c_char, c_int, Texts, *const c_int, *const c_int, c_int) -> c_int;
+    send_query_params = c"PQsendQueryParams": fn(*mut c_void, *const c_char, c_int, Oids, Texts, *const c_int, *const c_int, c_int) -> c_int;
+    consume_input = c"PQconsumeInput": fn(*mut c_void) -> c_int;
+    is_busy = c"PQisBusy": fn(*mut c_void) -> c_int;
+    get_result = c"PQgetResult": fn(*mut c_void) -> *mut c_void;
+    result_status = c"PQresultStatus": fn(*const c_void) -> c_int;
+    ntuples = c"PQntuples": fn(*const c_void) -> c_int;
+    nfields = c"PQnfields": fn(*const c_void) -> c_int;
+    get_is_null = c"PQgetisnull": fn(*const c_void, c_int, c_int) -> c_int;
+    get_value = c"PQgetvalue": fn(*const c_void, c_int, c_int) -> *const c_char;
+    result_error_field = c"PQresultErrorField": fn(*const c_void, c_int) -> *const c_char;
+    clear = c"PQclear": fn(*mut c_void) -> ();
+}
+
+extern "C" {
+    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+/// The libpq Citus loaded (same soname), resolved once per process.
+fn libpq() -> &'static Libpq {
+    static LIBPQ: once_cell::sync::OnceCell<Libpq> = once_cell::sync::OnceCell::new();
+    LIBPQ.get_or_init(|| {
+        const RTLD_NOW: c_int = 2;
+        // SAFETY: dlopen of a library by soname; the handle is kept for good.
+        let handle = unsafe { dlopen(c"libpq.so.5".as_ptr(), RTLD_NOW) };
+        if handle.is_null() {
+            IdError::Internal("libpq.so.5 cannot be loaded".into()).raise()
+        }
+        // SAFETY: libpq's handle.
+        unsafe { resolve(handle) }
     })
 }
