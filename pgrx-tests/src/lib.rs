@@ -499,8 +499,9 @@ fn faketime_env(file: &str) -> Vec<(String, String)> {
 /// (see [`FAKETIME_CACHE`]).
 pub fn write_clock(file: &Path, offset: &str) {
     let second = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let written = second();
     std::fs::write(file, format!("{offset}\n")).unwrap();
+    // Read after the write: a process that read the file in this second, before it, reads it again in the next.
+    let written = second();
     // At most about a second: 30 naps of 50 ms.
     for _ in 0..30 {
         if second() > written {

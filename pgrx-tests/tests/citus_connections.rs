@@ -156,9 +156,8 @@ mod citus {
                 last = done.load(Ordering::Relaxed) >= 20 || since.elapsed() > Duration::from_secs(90);
                 let rows = cc.query("SELECT usename::text FROM pg_stat_activity WHERE application_name = 'pg_idgen forwarding'", &[]).unwrap();
                 most = most.max(rows.len());
-                for r in rows {
-                    owners.insert(r.get::<_, String>(0));
-                }
+                // A session still authenticating has no user yet: counted, not named.
+                owners.extend(rows.iter().filter_map(|r| r.get::<_, Option<String>>(0)));
                 std::thread::sleep(Duration::from_millis(50));
             }
             (sessions.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(), most, owners)

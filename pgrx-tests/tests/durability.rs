@@ -261,10 +261,15 @@ fn an_unprivileged_role_writes_the_mark_with_the_first_id_after_a_start() {
     assert_eq!(sqlstate(c.query_one("SELECT setval('pg_idgen_hwm', 1)", &[])), "42501");
 }
 
-/// After a promotion, a shard minted in two databases never repeats an ID:
-/// the promoted server's first mark load in each database starts above the
-/// last transaction it replayed, whichever database minted it, even with its
-/// clock behind the old primary's (a reviewer's reproducer).
+/// After a promotion, a shard minted in two databases never repeats an ID
+/// minted within the old primary's clock: the promoted server's first mark
+/// load in each database starts above the last transaction it replayed,
+/// whichever database minted it, even with its clock behind the old
+/// primary's (a reviewer's reproducer). IDs another database borrowed ahead
+/// of that clock (more than 1,024 of a shard in a millisecond) are the case
+/// docs/limits.md says is not covered: a statement of 2,000 IDs, minted at
+/// full speed, was repeated here (found once libfaketime stopped slowing
+/// every clock reading), so the IDs below are checked not to be borrowed.
 #[test]
 fn a_promoted_standby_with_a_lagging_clock_does_not_repeat_another_databases_ids() {
     // The standby's clock a minute behind (far longer than any promotion
@@ -279,10 +284,14 @@ fn a_promoted_standby_with_a_lagging_clock_does_not_repeat_another_databases_ids
     // The primary goes on minting in database postgres, past everything the
     // standby's copied files and database b's mark know.
     std::thread::sleep(std::time::Duration::from_secs(6));
-    primary
-        .client()
-        .batch_execute("CREATE TABLE old_ids AS SELECT next_shard_id(3) AS id FROM generate_series(1, 2000)")
-        .unwrap();
+    let mut p = primary.client();
+    for _ in 0..4 {
+        p.batch_execute("CREATE TABLE IF NOT EXISTS old_ids (id bigint); INSERT INTO old_ids SELECT next_shard_id(3) FROM generate_series(1, 500)").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let borrowed: i64 = p.query_one("SELECT borrowed_ms FROM id_generator_status() WHERE shard = 3", &[]).unwrap().get(0);
+    assert_eq!(borrowed, 0, "the IDs were minted within the primary's clock, none borrowed ahead of it");
+    drop(p);
     standby.wait_for_replay(&primary);
     primary.stop("fast");
     standby.promote();
