@@ -398,16 +398,10 @@ struct Connection {
 static CONNECTIONS: BackendLocal<Vec<Connection>> = BackendLocal::new(Vec::new());
 
 /// Closes this session's connection to `node`, if any, and then gives its
-/// turn there up.
+/// turn there up; if the other node's session had not ended, its entry
+/// counts on until that session's statement timeout has surely ended it.
 fn drop_connection(node: u64) {
     let ended = close(node);
-    give_up(node, ended);
-}
-
-/// Gives this session's turn at `node` up once its connection there is
-/// closed; if the other node's session had not ended, its entry counts on
-/// until that session's statement timeout has surely ended it.
-fn give_up(node: u64, ended: bool) {
     let until = now_ms() + (ANSWER_TIMEOUT + MARGIN).as_millis() as i64;
     let mut table = TABLE.exclusive();
     match ended {
@@ -530,11 +524,11 @@ fn close(node: u64) -> bool {
 fn connect(node: u64, info: &str) -> Result<*mut c_void, String> {
     close(node);
     let oldest = {
-        let mut all = CONNECTIONS.borrow_mut();
-        (all.len() >= MAX_CONNECTIONS).then(|| all.remove(0))
+        let all = CONNECTIONS.borrow_mut();
+        (all.len() >= MAX_CONNECTIONS).then(|| all[0].node)
     };
-    if let Some(c) = oldest {
-        give_up(c.node, finish_and_wait(c.conn));
+    if let Some(node) = oldest {
+        drop_connection(node);
     }
     let l = libpq();
     // SAFETY: libpq's non-blocking connect, which copies the string.
@@ -618,11 +612,8 @@ fn register_callbacks_once() {
 }
 
 unsafe extern "C-unwind" fn close_at_exit(_code: c_int, _arg: pg_sys::Datum) {
-    let all = std::mem::take(&mut *CONNECTIONS.borrow_mut());
-    for c in all {
-        let ended = finish_and_wait(c.conn);
-        give_up(c.node, ended);
-    }
+    let nodes: Vec<u64> = CONNECTIONS.borrow_mut().iter().map(|c| c.node).collect();
+    nodes.into_iter().for_each(drop_connection);
     TABLE.exclusive().0.exit(my_pid());
 }
 

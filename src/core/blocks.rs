@@ -62,15 +62,11 @@ impl<S: PartialEq, K: PartialEq + Clone> Blocks<S, K> {
     /// shard (`next_shard_id` of a schema's shard beside `next_schema_id`)
     /// holds IDs below these: it is emptied, never handed out after them.
     pub fn fill(&mut self, key: &K, ids: VecDeque<i64>, n: u32, shard: i32) {
-        let mut ids = Some(ids);
-        for b in self.blocks.iter_mut() {
-            if b.key == *key {
-                b.ids = ids.take().unwrap_or_default();
-                b.next = (n * 2).min(MAX_BLOCK);
-                b.shard = Some(shard);
-            } else if b.shard == Some(shard) {
-                b.ids.clear();
-            }
+        for b in self.blocks.iter_mut().filter(|b| b.key != *key && b.shard == Some(shard)) {
+            b.ids.clear();
+        }
+        if let Some(b) = self.blocks.iter_mut().find(|b| b.key == *key) {
+            *b = Block { key: key.clone(), ids, next: (n * 2).min(MAX_BLOCK), shard: Some(shard) };
         }
     }
 }
